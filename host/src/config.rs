@@ -1,0 +1,230 @@
+//! The network configuration from stdin: parsed and validated completely before any
+//! work starts. The host reads only the `ipam` keys listed in [`HostIpamConfig`]; every
+//! other key belongs to the module, which receives the whole JSON.
+
+use crate::error::{CniError, code};
+use serde::Deserialize;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(90);
+pub const DEFAULT_LOCK_FILE: &str = "/var/run/wasm-ipam/ipam.lock";
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/wasm-ipam";
+pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 64;
+
+/// The host's own `ipam` settings, defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostIpamConfig {
+    /// Path of the module's `.wasm` component.
+    pub module: PathBuf,
+    /// Lowercase hex sha256 the module must have, when pinned.
+    pub module_sha256: Option<String>,
+    /// The budget, counted from the lock grant.
+    pub deadline: Duration,
+    /// One lock for the whole host, like Calico's.
+    pub lock_file: PathBuf,
+    /// How long to wait for the lock before answering "try again later".
+    pub lock_timeout: Option<Duration>,
+    pub data_dir: PathBuf,
+    pub log_file: Option<PathBuf>,
+    pub memory_limit_bytes: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawHostIpam {
+    module: Option<PathBuf>,
+    module_sha256: Option<String>,
+    deadline_seconds: Option<f64>,
+    lock_file: Option<PathBuf>,
+    lock_timeout_seconds: Option<f64>,
+    data_dir: Option<PathBuf>,
+    log_file: Option<PathBuf>,
+    #[serde(rename = "memoryLimitMiB")]
+    memory_limit_mib: Option<u64>,
+}
+
+/// One network configuration as the runtime passed it.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    pub cni_version: String,
+    pub name: String,
+    pub ipam: HostIpamConfig,
+    /// The whole configuration, verbatim, for the module.
+    pub raw: String,
+    pub prev_result: Option<String>,
+    json: Value,
+}
+
+/// One attachment a GC caller says is still in use.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// The `cniVersion` of `stdin`, as skel reads it before anything else: absent means
+/// "0.1.0", which nothing here supports.
+pub fn cni_version_of(stdin: &[u8]) -> Result<String, CniError> {
+    let json: Value = serde_json::from_slice(stdin).map_err(decode_error)?;
+    Ok(json
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("0.1.0")
+        .to_string())
+}
+
+fn decode_error(e: serde_json::Error) -> CniError {
+    CniError::new(code::DECODING_FAILURE, "failed to decode network configuration").with_details(e)
+}
+
+fn positive_seconds(key: &str, value: f64) -> Result<Duration, CniError> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| CniError::config(format!("ipam.{key} must be a positive number of seconds")))
+}
+
+impl NetConf {
+    pub fn parse(stdin: &[u8]) -> Result<Self, CniError> {
+        let json: Value = serde_json::from_slice(stdin).map_err(decode_error)?;
+        let text = |key: &str| -> Result<String, CniError> {
+            match json.get(key) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+                Some(_) => Err(CniError::config(format!("{key} must be a non-empty string"))),
+                None => Err(CniError::config(format!("missing {key}"))),
+            }
+        };
+        let cni_version = text("cniVersion")?;
+        let name = text("name")?;
+        let ipam_json = match json.get("ipam") {
+            Some(v @ Value::Object(_)) => v.clone(),
+            Some(_) => return Err(CniError::config("ipam must be an object")),
+            None => return Err(CniError::config("missing ipam")),
+        };
+        let raw: RawHostIpam = serde_json::from_value(ipam_json)
+            .map_err(|e| CniError::config(format!("invalid ipam configuration: {e}")))?;
+        let ipam = HostIpamConfig::from_raw(raw)?;
+        let prev_result = json.get("prevResult").map(Value::to_string);
+        Ok(NetConf {
+            cni_version,
+            name,
+            ipam,
+            raw: String::from_utf8_lossy(stdin).into_owned(),
+            prev_result,
+            json,
+        })
+    }
+
+    /// The attachments a GC must keep: `cni.dev/valid-attachments`, or the older
+    /// `cni.dev/attachments`. Absent is an error rather than "none", so a malformed
+    /// call cannot release every address.
+    pub fn valid_attachments(&self) -> Result<Vec<Attachment>, CniError> {
+        let list = self
+            .json
+            .get("cni.dev/valid-attachments")
+            .or_else(|| self.json.get("cni.dev/attachments"))
+            .ok_or_else(|| CniError::config("GC needs cni.dev/valid-attachments"))?;
+        serde_json::from_value(list.clone())
+            .map_err(|e| CniError::config(format!("invalid cni.dev/valid-attachments: {e}")))
+    }
+}
+
+impl HostIpamConfig {
+    fn from_raw(raw: RawHostIpam) -> Result<Self, CniError> {
+        let module = raw
+            .module
+            .filter(|p| !p.as_os_str().is_empty())
+            .ok_or_else(|| CniError::config("missing ipam.module (path to the module's .wasm)"))?;
+        let module_sha256 = raw
+            .module_sha256
+            .map(|digest| {
+                let digest = digest.to_ascii_lowercase();
+                if digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    Ok(digest)
+                } else {
+                    Err(CniError::config("ipam.moduleSha256 must be 64 hex digits"))
+                }
+            })
+            .transpose()?;
+        let memory_limit_mib = raw.memory_limit_mib.unwrap_or(DEFAULT_MEMORY_LIMIT_MIB);
+        if memory_limit_mib == 0 || memory_limit_mib > 4096 {
+            return Err(CniError::config("ipam.memoryLimitMiB must be between 1 and 4096"));
+        }
+        Ok(HostIpamConfig {
+            module,
+            module_sha256,
+            deadline: raw
+                .deadline_seconds
+                .map(|s| positive_seconds("deadlineSeconds", s))
+                .transpose()?
+                .unwrap_or(DEFAULT_DEADLINE),
+            lock_file: raw.lock_file.unwrap_or_else(|| DEFAULT_LOCK_FILE.into()),
+            lock_timeout: raw
+                .lock_timeout_seconds
+                .map(|s| positive_seconds("lockTimeoutSeconds", s))
+                .transpose()?,
+            data_dir: raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            log_file: raw.log_file,
+            memory_limit_bytes: (memory_limit_mib << 20) as usize,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<NetConf, CniError> {
+        NetConf::parse(json.as_bytes())
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let conf = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"wasm-ipam","module":"/m.wasm","subnet":"10.0.0.0/24"}}"#).unwrap();
+        assert_eq!(conf.ipam.deadline, Duration::from_secs(90));
+        assert_eq!(conf.ipam.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
+        assert_eq!(conf.ipam.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(conf.ipam.memory_limit_bytes, 64 << 20);
+        assert_eq!(conf.ipam.lock_timeout, None);
+    }
+
+    #[test]
+    fn missing_module_is_config_error() {
+        let err = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"wasm-ipam"}}"#).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert!(err.msg.contains("ipam.module"));
+    }
+
+    #[test]
+    fn malformed_json_is_decode_error() {
+        assert_eq!(parse("{not json").unwrap_err().code, 6);
+    }
+
+    #[test]
+    fn host_keys_are_type_checked() {
+        for bad in [
+            r#""deadlineSeconds":0"#,
+            r#""deadlineSeconds":"90""#,
+            r#""lockTimeoutSeconds":-1"#,
+            r#""moduleSha256":"abc""#,
+            r#""memoryLimitMiB":0"#,
+        ] {
+            let json = format!(r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{bad}}}}}"#);
+            assert_eq!(parse(&json).unwrap_err().code, 7, "{bad}");
+        }
+    }
+
+    #[test]
+    fn gc_attachments_require_the_key() {
+        let conf = parse(r#"{"cniVersion":"1.1.0","name":"n","ipam":{"module":"/m.wasm"},"cni.dev/attachments":[{"containerID":"c","ifname":"eth0"}]}"#).unwrap();
+        assert_eq!(
+            conf.valid_attachments().unwrap(),
+            vec![Attachment { container_id: "c".into(), ifname: "eth0".into() }]
+        );
+        let conf = parse(r#"{"cniVersion":"1.1.0","name":"n","ipam":{"module":"/m.wasm"}}"#).unwrap();
+        assert_eq!(conf.valid_attachments().unwrap_err().code, 7);
+    }
+}

@@ -1,0 +1,274 @@
+//! Loading a module (before the lock) and running one handler call in it (after the
+//! grant, bounded by the deadline).
+//!
+//! Loading reads, digests, compiles and links the component, so a module that is
+//! corrupt, pinned to another digest or imports what the host does not provide is
+//! refused before anything waits for or holds the lock.
+
+use crate::bindings::{self, IpamModulePre, types};
+use crate::deadline::Deadline;
+use crate::error::{CniError, code};
+use crate::host::{DeadlineExceeded, GuestState, MemoryLimitExceeded};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::component::{Component, HasSelf, Linker, types::ComponentItem};
+use wasmtime::{Config, Engine};
+
+/// How often the epoch advances; a running guest yields to the host this often, which
+/// is when the deadline timer can stop it.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Interfaces a module may import: ours, and WASI 0.2 (linked with no capabilities),
+/// which Rust's std for wasm32-wasip2 imports as soon as a module formats or panics.
+const PROVIDED_IMPORTS: &[&str] = &[
+    "cni:ipam/",
+    "wasi:io/",
+    "wasi:cli/",
+    "wasi:clocks/",
+    "wasi:random/",
+    "wasi:filesystem/",
+    "wasi:sockets/",
+];
+
+pub struct ModuleHost {
+    engine: Engine,
+    linker: Linker<GuestState>,
+}
+
+/// A compiled, linked module ready to instantiate.
+pub struct LoadedModule {
+    pre: IpamModulePre<GuestState>,
+    pub sha256: String,
+}
+
+/// The handler call to make.
+pub enum Call {
+    Add,
+    Del,
+    Check,
+    Gc(Vec<types::Attachment>),
+    Status,
+}
+
+/// What a finished guest call left behind.
+pub struct GuestOutcome {
+    /// The handler's answer: for ADD the result, otherwise `None`.
+    pub result: Result<Option<types::IpamResult>, types::Error>,
+    /// The guest's state, holding its staged store writes and captured output.
+    pub state: GuestState,
+}
+
+impl ModuleHost {
+    pub fn new() -> Result<Self, CniError> {
+        let mut config = Config::new();
+        config.epoch_interruption(true);
+        let engine = Engine::new(&config).map_err(engine_error)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        let l = &mut linker;
+        bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
+            .map_err(engine_error)?;
+        bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| {
+            &mut s.deadline
+        })
+        .map_err(engine_error)?;
+        bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
+            .map_err(engine_error)?;
+        Ok(ModuleHost { engine, linker })
+    }
+
+    /// Reads, verifies, compiles and links the module at `path`.
+    pub fn load(&self, path: &Path, pinned_sha256: Option<&str>) -> Result<LoadedModule, CniError> {
+        let bytes = std::fs::read(path).map_err(|e| {
+            CniError::new(code::IO_FAILURE, format!("cannot read module {}", path.display()))
+                .with_details(e)
+        })?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        if let Some(pinned) = pinned_sha256
+            && pinned != sha256
+        {
+            return Err(CniError::new(
+                code::MODULE_DIGEST_MISMATCH,
+                format!("module {} does not match ipam.moduleSha256", path.display()),
+            )
+            .with_details(format!("expected sha256 {pinned}, found {sha256}")));
+        }
+        let rejected = |msg: String, e: wasmtime::Error| {
+            CniError::new(code::MODULE_REJECTED, msg).with_details(format!("{e:#}"))
+        };
+        let component = Component::from_binary(&self.engine, &bytes).map_err(|e| {
+            rejected(
+                format!("{} is not a valid WebAssembly component", path.display()),
+                e,
+            )
+        })?;
+        let unsupported: Vec<String> = component
+            .component_type()
+            .imports(&self.engine)
+            .filter(|(name, item)| {
+                !matches!(item.ty, ComponentItem::ComponentInstance(_))
+                    || !PROVIDED_IMPORTS.iter().any(|p| name.starts_with(p))
+            })
+            .map(|(name, _)| name.to_string())
+            .collect();
+        if !unsupported.is_empty() {
+            return Err(CniError::new(
+                code::MODULE_REJECTED,
+                format!(
+                    "module {} imports what the host does not provide: {}",
+                    path.display(),
+                    unsupported.join(", ")
+                ),
+            )
+            .with_details("the host provides cni:ipam/{store,deadline,log} and WASI 0.2 with no capabilities"));
+        }
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            rejected(format!("module {} cannot be linked", path.display()), e)
+        })?;
+        let pre = IpamModulePre::new(pre).map_err(|e| {
+            rejected(
+                format!(
+                    "module {} does not export cni:ipam/handler@0.1.0",
+                    path.display()
+                ),
+                e,
+            )
+        })?;
+        Ok(LoadedModule { pre, sha256 })
+    }
+
+    /// Instantiates the module and calls its handler, stopping it at the deadline.
+    ///
+    /// Called only after the lock grant: `state` holds a deadline built from the grant.
+    pub fn call(
+        &self,
+        module: &LoadedModule,
+        state: GuestState,
+        request: types::Request,
+        call: Call,
+    ) -> Result<GuestOutcome, (CniError, GuestState)> {
+        let deadline = state.deadline;
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        store.limiter(|s| s.limiter());
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let _ticker = EpochTicker::start(self.engine.clone());
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| {
+                CniError::new(code::IO_FAILURE, "cannot start the async runtime").with_details(e)
+            });
+        let runtime = match runtime {
+            Ok(rt) => rt,
+            Err(e) => return Err((e, store.into_data())),
+        };
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(deadline.remaining(), async {
+                let instance = module.pre.instantiate_async(&mut store).await?;
+                let handler = instance.cni_ipam_handler();
+                wasmtime::Result::Ok(match call {
+                    Call::Add => handler.call_add(&mut store, &request).await?.map(Some),
+                    Call::Del => handler.call_del(&mut store, &request).await?.map(|()| None),
+                    Call::Check => handler.call_check(&mut store, &request).await?.map(|()| None),
+                    Call::Gc(valid) => handler
+                        .call_gc(&mut store, &request, &valid)
+                        .await?
+                        .map(|()| None),
+                    Call::Status => handler.call_status(&mut store, &request).await?.map(|()| None),
+                })
+            })
+            .await
+        });
+        let state = store.into_data();
+        match outcome {
+            Ok(Ok(result)) => Ok(GuestOutcome { result, state }),
+            Ok(Err(trap)) => {
+                let err = trap_error(&trap, &state, deadline);
+                Err((err, state))
+            }
+            Err(_elapsed) => Err((deadline_error(deadline), state)),
+        }
+    }
+}
+
+fn deadline_error(deadline: Deadline) -> CniError {
+    CniError::new(
+        code::DEADLINE_EXCEEDED,
+        format!(
+            "module stopped at its deadline: {:?} budget used up {:?} after the lock was granted",
+            deadline.budget(),
+            deadline.elapsed()
+        ),
+    )
+    .with_details("the deadline counts from the lock grant; time spent waiting for the lock is not part of it")
+}
+
+/// Names why the guest stopped: the deadline, the memory limit, the store, or a trap
+/// (with the last line the guest wrote to stderr, which holds a Rust panic message).
+fn trap_error(trap: &wasmtime::Error, state: &GuestState, deadline: Deadline) -> CniError {
+    if trap.downcast_ref::<DeadlineExceeded>().is_some() {
+        return deadline_error(deadline);
+    }
+    if let Some(limit) = trap.downcast_ref::<MemoryLimitExceeded>() {
+        return CniError::new(code::MODULE_TRAPPED, "module exceeded its memory limit")
+            .with_details(limit);
+    }
+    if let Some(err) = trap.downcast_ref::<CniError>() {
+        return err.clone();
+    }
+    // A Rust guest's panic message is on its stderr; the trap itself only says
+    // "unreachable". The full backtrace goes to the log with the guest's output.
+    let (_, stderr) = state.output();
+    let panic_message: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
+        .collect();
+    tracing::warn!(target: "guest", "trap: {trap:?}");
+    let trap = trap.root_cause();
+    let details = if panic_message.is_empty() {
+        trap.to_string()
+    } else {
+        format!("{}; {trap}", panic_message.join(" "))
+    };
+    CniError::new(code::MODULE_TRAPPED, "module trapped").with_details(details)
+}
+
+fn engine_error(e: wasmtime::Error) -> CniError {
+    CniError::new(code::MODULE_REJECTED, "cannot set up the WebAssembly engine").with_details(e)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Advances the engine's epoch every tick while a guest runs, so a guest that never
+/// calls the host still yields and the deadline timer can fire.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        });
+        EpochTicker { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

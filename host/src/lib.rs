@@ -1,0 +1,16 @@
+//! wasm-ipam: a CNI IPAM plugin that runs IPAM logic as sandboxed WebAssembly
+//! components under a host-owned lock and a deadline that starts only at the grant.
+//!
+//! [`plugin::handle`] is one CNI call; each other module answers one question.
+
+mod bindings;
+pub mod cni;
+pub mod config;
+pub mod deadline;
+pub mod engine;
+pub mod error;
+mod host;
+pub mod lock;
+pub mod logging;
+pub mod plugin;
+pub mod store;

@@ -1,0 +1,115 @@
+//! The host-wide IPAM lock: flock(2) on one file, like Calico's, so every wasm-ipam
+//! call on the node (and any other tool that flocks the same file) is serialised.
+//!
+//! The grant instant is recorded in the guard, because the deadline must start there
+//! and nowhere earlier (see [`crate::deadline::Deadline::from_grant`]).
+
+use crate::error::{CniError, code};
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Holding this means holding the lock; dropping it closes the file, which releases it.
+#[derive(Debug)]
+pub struct LockGuard {
+    _file: File,
+    granted: Instant,
+    granted_wall: SystemTime,
+    waited: Duration,
+}
+
+impl LockGuard {
+    /// When the lock was granted (monotonic).
+    pub fn granted(&self) -> Instant {
+        self.granted
+    }
+    /// When the lock was granted (wall clock), for timestamps.
+    pub fn granted_wall(&self) -> SystemTime {
+        self.granted_wall
+    }
+    /// How long the call waited for the lock.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+fn open(path: &Path) -> Result<File, CniError> {
+    let io_error = |what: &str, e: std::io::Error| {
+        CniError::new(code::IO_FAILURE, format!("cannot {what} lock file {}", path.display()))
+            .with_details(e)
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| io_error("create the directory of", e))?;
+    }
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| io_error("open", e))
+}
+
+/// Takes the lock at `path`, waiting at most `timeout` when given. A timeout is "try
+/// again later" (code 11): nothing has been done yet, so nothing changed.
+pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniError> {
+    let started = Instant::now();
+    let file = open(path)?;
+    let file = match timeout {
+        None => {
+            file.lock().map_err(|e| lock_failed(path, e))?;
+            file
+        }
+        // flock has no timeout: wait on another thread and stop listening at the
+        // timeout. If the grant comes later, the thread's send fails and dropping the
+        // file releases the lock at once.
+        Some(timeout) => {
+            let (tx, rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let result = file.lock().map(|()| file);
+                let _ = tx.send(result);
+            });
+            match rx.recv_timeout(timeout) {
+                Ok(result) => result.map_err(|e| lock_failed(path, e))?,
+                Err(_) => {
+                    return Err(CniError::new(
+                        code::TRY_AGAIN_LATER,
+                        format!(
+                            "the host-wide IPAM lock {} was not granted within {:?}; nothing was changed",
+                            path.display(),
+                            timeout
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    let granted = Instant::now();
+    Ok(LockGuard {
+        _file: file,
+        granted,
+        granted_wall: SystemTime::now(),
+        waited: granted - started,
+    })
+}
+
+fn lock_failed(path: &Path, e: std::io::Error) -> CniError {
+    CniError::new(code::IO_FAILURE, format!("cannot lock {}", path.display())).with_details(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeout_when_held_then_granted_after_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sub/ipam.lock");
+        let held = acquire(&path, None).unwrap();
+        let err = acquire(&path, Some(Duration::from_millis(50))).unwrap_err();
+        assert_eq!(err.code, 11);
+        drop(held);
+        acquire(&path, Some(Duration::from_secs(30))).expect("granted once released");
+    }
+}

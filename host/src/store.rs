@@ -1,0 +1,125 @@
+//! The durable store: one redb database under `dataDir`, holding every network's
+//! key/value entries. redb commits are atomic and fsynced, so a crash at any instant
+//! leaves either the old or the new state.
+//!
+//! The store is opened only under the host-wide lock, so a single writer is assured.
+
+use crate::error::{CniError, code};
+use redb::{Database, ReadableDatabase, TableDefinition, TableError};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Entries keyed by (network name, key).
+const ENTRIES: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("entries");
+pub const DATABASE_FILE: &str = "store.redb";
+
+/// Staged changes for one network: `Some` puts, `None` deletes.
+pub type Changes = BTreeMap<String, Option<Vec<u8>>>;
+
+pub struct Store {
+    db: Database,
+}
+
+fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(code::STORE_FAILURE, format!("store: {what}")).with_details(e)
+}
+
+impl Store {
+    /// Opens (creating if needed) the database in `data_dir`.
+    pub fn open(data_dir: &Path) -> Result<Self, CniError> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| store_error(&format!("cannot create {}", data_dir.display()), e))?;
+        let path = data_dir.join(DATABASE_FILE);
+        let db = Database::create(&path)
+            .map_err(|e| store_error(&format!("cannot open {}", path.display()), e))?;
+        Ok(Store { db })
+    }
+
+    pub fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
+        let table = match txn.open_table(ENTRIES) {
+            Ok(table) => table,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(store_error("read", e)),
+        };
+        let value = table
+            .get((network, key))
+            .map_err(|e| store_error("read", e))?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    /// Every entry of `network` whose key starts with `prefix`, in key order.
+    pub fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
+        let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
+        let table = match txn.open_table(ENTRIES) {
+            Ok(table) => table,
+            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(store_error("read", e)),
+        };
+        let mut out = Vec::new();
+        for entry in table
+            .range((network, prefix)..)
+            .map_err(|e| store_error("read", e))?
+        {
+            let (key, value) = entry.map_err(|e| store_error("read", e))?;
+            let (net, key) = key.value();
+            if net != network || !key.starts_with(prefix) {
+                break;
+            }
+            out.push((key.to_string(), value.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Applies `changes` to `network` in one durable transaction.
+    pub fn commit(&self, network: &str, changes: &Changes) -> Result<(), CniError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        let fail = |e: &dyn std::fmt::Display| store_error("commit", e);
+        let txn = self.db.begin_write().map_err(|e| fail(&e))?;
+        {
+            let mut table = txn.open_table(ENTRIES).map_err(|e| fail(&e))?;
+            for (key, change) in changes {
+                match change {
+                    Some(value) => table.insert((network, key.as_str()), value.as_slice()),
+                    None => table.remove((network, key.as_str())),
+                }
+                .map_err(|e| fail(&e))?;
+            }
+        }
+        txn.commit().map_err(|e| fail(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_then_read_per_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.get("a", "k").unwrap(), None);
+        assert!(store.list("a", "").unwrap().is_empty());
+        let mut changes = Changes::new();
+        changes.insert("ip/10.0.0.2".into(), Some(b"c1".to_vec()));
+        changes.insert("ip/10.0.0.3".into(), Some(b"c2".to_vec()));
+        changes.insert("last".into(), Some(b"10.0.0.3".to_vec()));
+        store.commit("a", &changes).unwrap();
+        store
+            .commit("b", &Changes::from([("ip/x".into(), Some(b"other".to_vec()))]))
+            .unwrap();
+        assert_eq!(store.get("a", "last").unwrap().as_deref(), Some(&b"10.0.0.3"[..]));
+        let listed: Vec<String> = store.list("a", "ip/").unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(listed, ["ip/10.0.0.2", "ip/10.0.0.3"]);
+        store
+            .commit("a", &Changes::from([("ip/10.0.0.2".into(), None)]))
+            .unwrap();
+        assert_eq!(store.list("a", "ip/").unwrap().len(), 1);
+        assert_eq!(store.list("b", "").unwrap().len(), 1);
+        drop(store);
+        let reopened = Store::open(dir.path()).unwrap();
+        assert_eq!(reopened.list("a", "").unwrap().len(), 2);
+    }
+}
