@@ -11,5 +11,5 @@ mod generated {
     });
 }
 
-pub use generated::cni::ipam::{deadline, log, store, types};
 pub use generated::IpamModulePre;
+pub use generated::cni::ipam::{deadline, log, store, types};

@@ -30,7 +30,11 @@ impl Command {
             "GC" => Command::Gc,
             "STATUS" => Command::Status,
             "VERSION" => Command::Version,
-            "" => return Err(CniError::env("required env variables [CNI_COMMAND] missing")),
+            "" => {
+                return Err(CniError::env(
+                    "required env variables [CNI_COMMAND] missing",
+                ));
+            }
             other => {
                 return Err(CniError::env(format!("unknown CNI_COMMAND: {other}")));
             }
@@ -146,13 +150,20 @@ pub fn validate_ifname(name: &str) -> Result<(), CniError> {
         return Err(CniError::env("interface name is empty"));
     }
     if name.len() > MAX_LEN {
-        return Err(CniError::env("interface name is too long")
-            .with_details(format!("interface name should be less than {} characters", MAX_LEN + 1)));
+        return Err(
+            CniError::env("interface name is too long").with_details(format!(
+                "interface name should be less than {} characters",
+                MAX_LEN + 1
+            )),
+        );
     }
     if name == "." || name == ".." {
         return Err(CniError::env("interface name is . or .."));
     }
-    if name.chars().any(|c| c == '/' || c == ':' || c.is_whitespace()) {
+    if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
         return Err(CniError::env(
             "interface name contains / or : or whitespace characters",
         ));
@@ -171,12 +182,11 @@ fn version_tuple(v: &str) -> Option<(u32, u32, u32)> {
 pub fn check_version(command: Command, cni_version: &str) -> Result<(), CniError> {
     if !SUPPORTED_VERSIONS.contains(&cni_version) {
         return Err(
-            CniError::new(code::INCOMPATIBLE_CNI_VERSION, "incompatible CNI versions").with_details(
-                format!(
+            CniError::new(code::INCOMPATIBLE_CNI_VERSION, "incompatible CNI versions")
+                .with_details(format!(
                     "config is {cni_version:?}, plugin supports {:?}",
                     SUPPORTED_VERSIONS
-                ),
-            ),
+                )),
         );
     }
     if version_tuple(cni_version) < version_tuple(command.min_version()) {
@@ -275,8 +285,8 @@ mod tests {
 
     #[test]
     fn add_requires_skel_env() {
-        let err = Invocation::from_env(env(&[("CNI_COMMAND", "ADD"), ("CNI_PATH", "/x")]))
-            .unwrap_err();
+        let err =
+            Invocation::from_env(env(&[("CNI_COMMAND", "ADD"), ("CNI_PATH", "/x")])).unwrap_err();
         assert_eq!(err.code, 4);
         assert_eq!(
             err.msg,
@@ -347,7 +357,10 @@ mod tests {
     fn old_results_carry_ip_version() {
         let result = IpamResult {
             ips: vec![
-                ("10.1.2.3/24".parse().unwrap(), Some("10.1.2.1".parse().unwrap())),
+                (
+                    "10.1.2.3/24".parse().unwrap(),
+                    Some("10.1.2.1".parse().unwrap()),
+                ),
                 ("fd00::3/64".parse().unwrap(), None),
             ],
             routes: vec![("0.0.0.0/0".parse().unwrap(), None)],

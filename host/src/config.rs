@@ -77,7 +77,11 @@ pub fn cni_version_of(stdin: &[u8]) -> Result<String, CniError> {
 }
 
 fn decode_error(e: serde_json::Error) -> CniError {
-    CniError::new(code::DECODING_FAILURE, "failed to decode network configuration").with_details(e)
+    CniError::new(
+        code::DECODING_FAILURE,
+        "failed to decode network configuration",
+    )
+    .with_details(e)
 }
 
 fn positive_seconds(key: &str, value: f64) -> Result<Duration, CniError> {
@@ -93,7 +97,9 @@ impl NetConf {
         let text = |key: &str| -> Result<String, CniError> {
             match json.get(key) {
                 Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-                Some(_) => Err(CniError::config(format!("{key} must be a non-empty string"))),
+                Some(_) => Err(CniError::config(format!(
+                    "{key} must be a non-empty string"
+                ))),
                 None => Err(CniError::config(format!("missing {key}"))),
             }
         };
@@ -151,7 +157,9 @@ impl HostIpamConfig {
             .transpose()?;
         let memory_limit_mib = raw.memory_limit_mib.unwrap_or(DEFAULT_MEMORY_LIMIT_MIB);
         if memory_limit_mib == 0 || memory_limit_mib > 4096 {
-            return Err(CniError::config("ipam.memoryLimitMiB must be between 1 and 4096"));
+            return Err(CniError::config(
+                "ipam.memoryLimitMiB must be between 1 and 4096",
+            ));
         }
         Ok(HostIpamConfig {
             module,
@@ -193,7 +201,8 @@ mod tests {
 
     #[test]
     fn missing_module_is_config_error() {
-        let err = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"wasm-ipam"}}"#).unwrap_err();
+        let err =
+            parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"wasm-ipam"}}"#).unwrap_err();
         assert_eq!(err.code, 7);
         assert!(err.msg.contains("ipam.module"));
     }
@@ -212,7 +221,9 @@ mod tests {
             r#""moduleSha256":"abc""#,
             r#""memoryLimitMiB":0"#,
         ] {
-            let json = format!(r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{bad}}}}}"#);
+            let json = format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{bad}}}}}"#
+            );
             assert_eq!(parse(&json).unwrap_err().code, 7, "{bad}");
         }
     }
@@ -222,9 +233,13 @@ mod tests {
         let conf = parse(r#"{"cniVersion":"1.1.0","name":"n","ipam":{"module":"/m.wasm"},"cni.dev/attachments":[{"containerID":"c","ifname":"eth0"}]}"#).unwrap();
         assert_eq!(
             conf.valid_attachments().unwrap(),
-            vec![Attachment { container_id: "c".into(), ifname: "eth0".into() }]
+            vec![Attachment {
+                container_id: "c".into(),
+                ifname: "eth0".into()
+            }]
         );
-        let conf = parse(r#"{"cniVersion":"1.1.0","name":"n","ipam":{"module":"/m.wasm"}}"#).unwrap();
+        let conf =
+            parse(r#"{"cniVersion":"1.1.0","name":"n","ipam":{"module":"/m.wasm"}}"#).unwrap();
         assert_eq!(conf.valid_attachments().unwrap_err().code, 7);
     }
 }

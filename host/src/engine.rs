@@ -53,10 +53,11 @@ pub enum Call {
     Status,
 }
 
-/// What a finished guest call left behind.
+/// What a guest call left behind, whether it succeeded or not.
 pub struct GuestOutcome {
-    /// The handler's answer: for ADD the result, otherwise `None`.
-    pub result: Result<Option<types::IpamResult>, types::Error>,
+    /// The handler's answer (for ADD the result, otherwise `None`), or why it failed:
+    /// the module's own CNI error, a trap, or the deadline.
+    pub result: Result<Option<types::IpamResult>, CniError>,
     /// The guest's state, holding its staged store writes and captured output.
     pub state: GuestState,
 }
@@ -71,10 +72,8 @@ impl ModuleHost {
         let l = &mut linker;
         bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
             .map_err(engine_error)?;
-        bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| {
-            &mut s.deadline
-        })
-        .map_err(engine_error)?;
+        bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
+            .map_err(engine_error)?;
         bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
             .map_err(engine_error)?;
         Ok(ModuleHost { engine, linker })
@@ -83,8 +82,11 @@ impl ModuleHost {
     /// Reads, verifies, compiles and links the module at `path`.
     pub fn load(&self, path: &Path, pinned_sha256: Option<&str>) -> Result<LoadedModule, CniError> {
         let bytes = std::fs::read(path).map_err(|e| {
-            CniError::new(code::IO_FAILURE, format!("cannot read module {}", path.display()))
-                .with_details(e)
+            CniError::new(
+                code::IO_FAILURE,
+                format!("cannot read module {}", path.display()),
+            )
+            .with_details(e)
         })?;
         let sha256 = hex(&Sha256::digest(&bytes));
         if let Some(pinned) = pinned_sha256
@@ -123,11 +125,14 @@ impl ModuleHost {
                     unsupported.join(", ")
                 ),
             )
-            .with_details("the host provides cni:ipam/{store,deadline,log} and WASI 0.2 with no capabilities"));
+            .with_details(
+                "the host provides cni:ipam/{store,deadline,log} and WASI 0.2 with no capabilities",
+            ));
         }
-        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
-            rejected(format!("module {} cannot be linked", path.display()), e)
-        })?;
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| rejected(format!("module {} cannot be linked", path.display()), e))?;
         let pre = IpamModulePre::new(pre).map_err(|e| {
             rejected(
                 format!(
@@ -149,7 +154,7 @@ impl ModuleHost {
         state: GuestState,
         request: types::Request,
         call: Call,
-    ) -> Result<GuestOutcome, (CniError, GuestState)> {
+    ) -> GuestOutcome {
         let deadline = state.deadline;
         let mut store = wasmtime::Store::new(&self.engine, state);
         store.limiter(|s| s.limiter());
@@ -157,15 +162,19 @@ impl ModuleHost {
         store.epoch_deadline_async_yield_and_update(1);
         let _ticker = EpochTicker::start(self.engine.clone());
 
-        let runtime = tokio::runtime::Builder::new_current_thread()
+        let runtime = match tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
-            .map_err(|e| {
-                CniError::new(code::IO_FAILURE, "cannot start the async runtime").with_details(e)
-            });
-        let runtime = match runtime {
-            Ok(rt) => rt,
-            Err(e) => return Err((e, store.into_data())),
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let err = CniError::new(code::IO_FAILURE, "cannot start the async runtime")
+                    .with_details(e);
+                return GuestOutcome {
+                    result: Err(err),
+                    state: store.into_data(),
+                };
+            }
         };
         let outcome = runtime.block_on(async {
             tokio::time::timeout(deadline.remaining(), async {
@@ -174,25 +183,33 @@ impl ModuleHost {
                 wasmtime::Result::Ok(match call {
                     Call::Add => handler.call_add(&mut store, &request).await?.map(Some),
                     Call::Del => handler.call_del(&mut store, &request).await?.map(|()| None),
-                    Call::Check => handler.call_check(&mut store, &request).await?.map(|()| None),
+                    Call::Check => handler
+                        .call_check(&mut store, &request)
+                        .await?
+                        .map(|()| None),
                     Call::Gc(valid) => handler
                         .call_gc(&mut store, &request, &valid)
                         .await?
                         .map(|()| None),
-                    Call::Status => handler.call_status(&mut store, &request).await?.map(|()| None),
+                    Call::Status => handler
+                        .call_status(&mut store, &request)
+                        .await?
+                        .map(|()| None),
                 })
             })
             .await
         });
         let state = store.into_data();
-        match outcome {
-            Ok(Ok(result)) => Ok(GuestOutcome { result, state }),
-            Ok(Err(trap)) => {
-                let err = trap_error(&trap, &state, deadline);
-                Err((err, state))
-            }
-            Err(_elapsed) => Err((deadline_error(deadline), state)),
-        }
+        let result = match outcome {
+            Ok(Ok(answer)) => answer.map_err(|e| CniError {
+                code: e.code,
+                msg: e.msg,
+                details: e.details,
+            }),
+            Ok(Err(trap)) => Err(trap_error(&trap, &state, deadline)),
+            Err(_elapsed) => Err(deadline_error(deadline)),
+        };
+        GuestOutcome { result, state }
     }
 }
 
@@ -240,7 +257,11 @@ fn trap_error(trap: &wasmtime::Error, state: &GuestState, deadline: Deadline) ->
 }
 
 fn engine_error(e: wasmtime::Error) -> CniError {
-    CniError::new(code::MODULE_REJECTED, "cannot set up the WebAssembly engine").with_details(e)
+    CniError::new(
+        code::MODULE_REJECTED,
+        "cannot set up the WebAssembly engine",
+    )
+    .with_details(e)
 }
 
 fn hex(bytes: &[u8]) -> String {

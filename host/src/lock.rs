@@ -36,8 +36,11 @@ impl LockGuard {
 
 fn open(path: &Path) -> Result<File, CniError> {
     let io_error = |what: &str, e: std::io::Error| {
-        CniError::new(code::IO_FAILURE, format!("cannot {what} lock file {}", path.display()))
-            .with_details(e)
+        CniError::new(
+            code::IO_FAILURE,
+            format!("cannot {what} lock file {}", path.display()),
+        )
+        .with_details(e)
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io_error("create the directory of", e))?;

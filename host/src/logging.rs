@@ -30,6 +30,9 @@ pub fn init(path: &Path) -> Result<(), CniError> {
 }
 
 fn log_error(path: &Path, e: std::io::Error) -> CniError {
-    CniError::new(code::IO_FAILURE, format!("cannot open log file {}", path.display()))
-        .with_details(e)
+    CniError::new(
+        code::IO_FAILURE,
+        format!("cannot open log file {}", path.display()),
+    )
+    .with_details(e)
 }

@@ -4,7 +4,7 @@ use crate::bindings::types;
 use crate::cni::{self, Command, Invocation, IpamResult};
 use crate::config::{self, NetConf};
 use crate::deadline::Deadline;
-use crate::engine::{Call, ModuleHost};
+use crate::engine::{Call, LoadedModule, ModuleHost};
 use crate::error::{CniError, code};
 use crate::host::{GuestLog, GuestState, GuestStore};
 use crate::lock;
@@ -93,34 +93,15 @@ fn locked_call(
     let lock = lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout)?;
     let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
     let mut budget_used = Duration::ZERO;
-    let outcome = (|| {
-        let store = Arc::new(Store::open(&conf.ipam.data_dir)?);
-        let state = GuestState::new(
-            GuestStore::new(store.clone(), conf.name.clone(), deadline),
-            deadline,
-            GuestLog::new(deadline),
-            conf.ipam.memory_limit_bytes,
-        );
-        let request = guest_request(invocation, conf, deadline);
-        let finished = host.call(&module, state, request, call);
-        budget_used = deadline.elapsed();
-        let (result, state) = match finished {
-            Ok(done) => (done.result, done.state),
-            Err((err, state)) => {
-                log_guest_output(&state);
-                return Err(err);
-            }
-        };
-        log_guest_output(&state);
-        let result = result.map_err(|e| CniError {
-            code: e.code,
-            msg: e.msg,
-            details: e.details,
-        })?;
-        let result = result.map(module_result).transpose()?;
-        store.commit(&conf.name, &state.store.into_changes())?;
-        Ok(result)
-    })();
+    let result = run_guest(
+        &host,
+        &module,
+        invocation,
+        conf,
+        deadline,
+        call,
+        &mut budget_used,
+    );
     let lock_wait = lock.waited();
     drop(lock);
     *timings = Some(Timings {
@@ -128,7 +109,38 @@ fn locked_call(
         lock_hold: deadline.elapsed(),
         budget_used,
     });
-    outcome
+    result
+}
+
+/// Under the lock: open the store, instantiate and call the guest, and commit its
+/// staged writes only if it returned ok with a valid result.
+fn run_guest(
+    host: &ModuleHost,
+    module: &LoadedModule,
+    invocation: &Invocation,
+    conf: &NetConf,
+    deadline: Deadline,
+    call: Call,
+    budget_used: &mut Duration,
+) -> Result<Option<IpamResult>, CniError> {
+    let store = Arc::new(Store::open(&conf.ipam.data_dir)?);
+    let state = GuestState::new(
+        GuestStore::new(store.clone(), conf.name.clone(), deadline),
+        deadline,
+        GuestLog::new(deadline),
+        conf.ipam.memory_limit_bytes,
+    );
+    let outcome = host.call(
+        module,
+        state,
+        guest_request(invocation, conf, deadline),
+        call,
+    );
+    *budget_used = deadline.elapsed();
+    log_guest_output(&outcome.state);
+    let result = outcome.result?.map(module_result).transpose()?;
+    store.commit(&conf.name, &outcome.state.store.into_changes())?;
+    Ok(result)
 }
 
 fn guest_request(invocation: &Invocation, conf: &NetConf, deadline: Deadline) -> types::Request {

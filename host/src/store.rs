@@ -108,10 +108,21 @@ mod tests {
         changes.insert("last".into(), Some(b"10.0.0.3".to_vec()));
         store.commit("a", &changes).unwrap();
         store
-            .commit("b", &Changes::from([("ip/x".into(), Some(b"other".to_vec()))]))
+            .commit(
+                "b",
+                &Changes::from([("ip/x".into(), Some(b"other".to_vec()))]),
+            )
             .unwrap();
-        assert_eq!(store.get("a", "last").unwrap().as_deref(), Some(&b"10.0.0.3"[..]));
-        let listed: Vec<String> = store.list("a", "ip/").unwrap().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(
+            store.get("a", "last").unwrap().as_deref(),
+            Some(&b"10.0.0.3"[..])
+        );
+        let listed: Vec<String> = store
+            .list("a", "ip/")
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(listed, ["ip/10.0.0.2", "ip/10.0.0.3"]);
         store
             .commit("a", &Changes::from([("ip/10.0.0.2".into(), None)]))

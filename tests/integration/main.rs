@@ -1,0 +1,8 @@
+//! Integration tests: run the real `wasm-ipam` binary exactly as a container runtime
+//! does (CNI_* environment variables, netconf on stdin) and check its stdout, exit
+//! code, store and log.
+
+mod bad_input;
+mod deadline;
+mod harness;
+mod protocol;

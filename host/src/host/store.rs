@@ -91,8 +91,11 @@ impl Host for GuestStore {
 
     fn list_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
         self.check_deadline()?;
-        let mut merged: std::collections::BTreeMap<String, Vec<u8>> =
-            self.store.list(&self.network, &prefix)?.into_iter().collect();
+        let mut merged: std::collections::BTreeMap<String, Vec<u8>> = self
+            .store
+            .list(&self.network, &prefix)?
+            .into_iter()
+            .collect();
         for (key, change) in self.staged.range(prefix.clone()..) {
             if !key.starts_with(&prefix) {
                 break;

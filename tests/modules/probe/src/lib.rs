@@ -6,8 +6,7 @@ use serde::Deserialize;
 use std::time::{Duration, Instant};
 use wasm_ipam_guest::store::{HostStore, Store};
 use wasm_ipam_guest::{
-    Attachment, Dns, Error, IpConfig, IpamModule, IpamResult, Request, deadline, export_module,
-    log,
+    Attachment, Dns, Error, IpConfig, IpamModule, IpamResult, Request, deadline, export_module, log,
 };
 
 #[derive(Deserialize, Default)]
@@ -75,7 +74,9 @@ fn run(request: &Request) -> Result<(), Error> {
         "loop" => loop {
             std::hint::black_box(());
         },
-        other => Err(Error::invalid_config(format!("unknown probe.then {other:?}"))),
+        other => Err(Error::invalid_config(format!(
+            "unknown probe.then {other:?}"
+        ))),
     }
 }
 

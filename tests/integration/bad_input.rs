@@ -1,0 +1,251 @@
+//! Bad input: each gives its documented CNI error code, a non-zero exit and an
+//! unchanged store.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// A node whose store already holds one allocation, so "unchanged" is meaningful.
+fn node_with_state() -> (Node, Vec<(String, String)>) {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.0.0",
+        &probe_module(),
+        json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
+    );
+    Call::new("ADD", "existing").run(&conf).ok();
+    let before = node.store_entries("testnet");
+    assert_eq!(before.len(), 1);
+    (node, before)
+}
+
+fn expect_code(node: &Node, before: &[(String, String)], reply: Reply, code: u64) -> Reply {
+    assert_eq!(reply.error_code(), code, "{reply:?}");
+    assert_eq!(node.store_entries("testnet"), before, "store changed");
+    reply
+}
+
+fn probe_conf(node: &Node, probe: Value) -> Value {
+    node.netconf("1.0.0", &probe_module(), json!({ "probe": probe }))
+}
+
+#[test]
+fn missing_environment_variables_are_code_4() {
+    let (node, before) = node_with_state();
+    let conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    for var in [
+        "CNI_COMMAND",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "CNI_IFNAME",
+        "CNI_PATH",
+    ] {
+        let reply = Call::new("ADD", "c1").env(var, "").run(&conf);
+        let reply = expect_code(&node, &before, reply, 4);
+        assert!(reply.msg().contains(var), "{var}: {}", reply.msg());
+    }
+}
+
+#[test]
+fn invalid_container_id_and_ifname_are_code_4() {
+    let (node, before) = node_with_state();
+    let conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    for id in ["-leading-dash", "has/slash", "has space"] {
+        let reply = expect_code(&node, &before, Call::new("ADD", id).run(&conf), 4);
+        assert!(reply.msg().contains("containerID"), "{}", reply.msg());
+    }
+    for ifname in ["", "..", "a-very-long-interface", "eth/0", "eth:0"] {
+        let mut call = Call::new("ADD", "c1");
+        call.ifname = ifname;
+        let reply = expect_code(&node, &before, call.run(&conf), 4);
+        assert!(
+            reply.msg().contains("interface name") || reply.msg().contains("CNI_IFNAME"),
+            "{}",
+            reply.msg()
+        );
+    }
+}
+
+#[test]
+fn malformed_json_is_code_6() {
+    let (node, before) = node_with_state();
+    expect_code(
+        &node,
+        &before,
+        Call::new("ADD", "c1").run_raw(b"{\"cniVersion\": \"1.0.0\", "),
+        6,
+    );
+    expect_code(&node, &before, Call::new("DEL", "c1").run_raw(b""), 6);
+}
+
+#[test]
+fn unsupported_version_is_code_1() {
+    let (node, before) = node_with_state();
+    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    conf["cniVersion"] = "0.2.0".into();
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 1);
+    assert_eq!(reply.msg(), "incompatible CNI versions");
+}
+
+#[test]
+fn missing_module_key_is_code_7() {
+    let (node, before) = node_with_state();
+    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    conf["ipam"].as_object_mut().unwrap().remove("module");
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 7);
+    assert!(reply.msg().contains("ipam.module"));
+}
+
+fn conf_for_module(node: &Node, module: &Path) -> Value {
+    node.netconf("1.0.0", module, json!({"probe": {"write": ["x=1"]}}))
+}
+
+#[test]
+fn missing_wasm_file_is_code_5() {
+    let (node, before) = node_with_state();
+    let missing = node.dir.path().join("no-such-module.wasm");
+    let reply = expect_code(
+        &node,
+        &before,
+        Call::new("ADD", "c1").run(&conf_for_module(&node, &missing)),
+        5,
+    );
+    assert!(reply.msg().contains("no-such-module.wasm"));
+}
+
+#[test]
+fn corrupt_wasm_is_code_100() {
+    let (node, before) = node_with_state();
+    let mut bytes = std::fs::read(probe_module()).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    let corrupt = node.dir.path().join("corrupt.wasm");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let reply = expect_code(
+        &node,
+        &before,
+        Call::new("ADD", "c1").run(&conf_for_module(&node, &corrupt)),
+        100,
+    );
+    assert!(
+        reply.msg().contains("not a valid WebAssembly component"),
+        "{}",
+        reply.msg()
+    );
+}
+
+#[test]
+fn digest_mismatch_is_refused_before_anything_runs() {
+    let (node, before) = node_with_state();
+    let digest = format!(
+        "{:x}",
+        Sha256::digest(std::fs::read(probe_module()).unwrap())
+    );
+    let mut conf = conf_for_module(&node, &probe_module());
+    conf["ipam"]["moduleSha256"] = "0".repeat(64).into();
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 101);
+    assert!(
+        reply.json.unwrap()["details"]
+            .as_str()
+            .unwrap()
+            .contains(&digest)
+    );
+    // The right pin runs.
+    conf["ipam"]["moduleSha256"] = digest.into();
+    Call::new("ADD", "c1").run(&conf).ok();
+}
+
+#[test]
+fn module_with_an_unprovided_import_is_refused_listing_it() {
+    let (node, before) = node_with_state();
+    let component = wat::parse_str(
+        r#"(component
+             (import "evil:net/raw-socket@1.0.0" (instance))
+             (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#,
+    )
+    .unwrap();
+    let path = node.dir.path().join("imports.wasm");
+    std::fs::write(&path, component).unwrap();
+    let reply = expect_code(
+        &node,
+        &before,
+        Call::new("ADD", "c1").run(&conf_for_module(&node, &path)),
+        100,
+    );
+    assert!(
+        reply.msg().contains("evil:net/raw-socket@1.0.0"),
+        "{}",
+        reply.msg()
+    );
+    assert!(
+        reply.msg().contains("wasi:http/outgoing-handler@0.2.0"),
+        "{}",
+        reply.msg()
+    );
+}
+
+#[test]
+fn module_without_the_handler_export_is_refused() {
+    let (node, before) = node_with_state();
+    let path = node.dir.path().join("empty.wasm");
+    std::fs::write(&path, wat::parse_str("(component)").unwrap()).unwrap();
+    let reply = expect_code(
+        &node,
+        &before,
+        Call::new("ADD", "c1").run(&conf_for_module(&node, &path)),
+        100,
+    );
+    assert!(reply.msg().contains("cni:ipam/handler"), "{}", reply.msg());
+}
+
+#[test]
+fn trapping_module_leaves_the_store_unchanged() {
+    let (node, before) = node_with_state();
+    let conf = probe_conf(
+        &node,
+        json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "trap"}),
+    );
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 102);
+    let details = reply.json.unwrap()["details"].as_str().unwrap().to_string();
+    assert!(
+        details.contains("probe asked to trap"),
+        "the panic message is reported: {details}"
+    );
+}
+
+#[test]
+fn module_error_leaves_the_store_unchanged() {
+    let (node, before) = node_with_state();
+    let conf = probe_conf(
+        &node,
+        json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "error"}),
+    );
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 142);
+    assert_eq!(reply.msg(), "probe asked to fail");
+}
+
+#[test]
+fn memory_limit_stops_the_module() {
+    let (node, before) = node_with_state();
+    let mut conf = probe_conf(&node, json!({"write": ["y=1"], "allocMib": 32}));
+    conf["ipam"]["memoryLimitMiB"] = 16.into();
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 102);
+    assert!(reply.msg().contains("memory limit"), "{}", reply.msg());
+    // The same allocation fits the default 64 MiB.
+    conf["ipam"]
+        .as_object_mut()
+        .unwrap()
+        .remove("memoryLimitMiB");
+    Call::new("ADD", "c1").run(&conf).ok();
+}
+
+#[test]
+fn lock_timeout_is_try_again_later() {
+    let (node, before) = node_with_state();
+    let lock = std::fs::File::open(node.lock_file()).unwrap();
+    lock.lock().unwrap();
+    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    conf["ipam"]["lockTimeoutSeconds"] = 0.5.into();
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 11);
+    assert!(reply.msg().contains("lock"), "{}", reply.msg());
+}

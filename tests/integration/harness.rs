@@ -1,0 +1,267 @@
+//! The test harness: builds the modules once, gives each test its own lock, data dir
+//! and log, and runs the plugin binary as a runtime would.
+
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_wasm-ipam");
+
+/// Versions the plugin speaks; every round trip runs under each.
+pub const VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// Tests that start many processes, or that measure time, take this so they neither
+/// load the machine under each other nor are measured while it is loaded.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits until process `pid` is blocked waiting for a flock (a `->` line in
+/// /proc/locks), so a test knows the call is queued on the lock.
+pub fn wait_until_blocked_on_lock(pid: u32) {
+    let started = Instant::now();
+    loop {
+        let locks = std::fs::read_to_string("/proc/locks").unwrap();
+        let waiting = locks.lines().any(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            fields.next() == Some("->") && fields.nth(3).is_some_and(|p| p == pid.to_string())
+        });
+        if waiting {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "pid {pid} never waited on the lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Builds the example and test modules for wasm32-wasip2 once per test run (in their
+/// own target dir, so the outer cargo's lock is never contended) and returns the
+/// directory holding the `.wasm` files.
+pub fn modules_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = workspace().join("target/modules");
+        let status = Command::new(env!("CARGO"))
+            .current_dir(workspace())
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "-p",
+                "probe",
+                "-p",
+                "host-local",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .status()
+            .expect("run cargo to build the modules");
+        assert!(status.success(), "building the wasm modules failed");
+        target.join("wasm32-wasip2/release")
+    })
+}
+
+pub fn probe_module() -> PathBuf {
+    modules_dir().join("probe.wasm")
+}
+
+pub fn host_local_module() -> PathBuf {
+    modules_dir().join("host_local.wasm")
+}
+
+/// One isolated node: its own lock file, data dir and log file.
+pub struct Node {
+    pub dir: tempfile::TempDir,
+}
+
+/// What the plugin did: exit status, stdout parsed as JSON (if any), raw streams.
+#[derive(Debug)]
+pub struct Reply {
+    pub success: bool,
+    pub json: Option<Value>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Reply {
+    /// The CNI error code, asserting the call failed the way the spec says: non-zero
+    /// exit and an error JSON on stdout.
+    pub fn error_code(&self) -> u64 {
+        assert!(!self.success, "expected failure, got {self:?}");
+        let json = self.json.as_ref().expect("error JSON on stdout");
+        json["msg"].as_str().expect("error has a msg");
+        json["code"].as_u64().expect("error has a code")
+    }
+
+    pub fn msg(&self) -> &str {
+        self.json
+            .as_ref()
+            .and_then(|j| j["msg"].as_str())
+            .unwrap_or_default()
+    }
+
+    pub fn ok(&self) -> &Self {
+        assert!(
+            self.success,
+            "expected success, got {:?} (stderr: {:?})",
+            self.json, self.stderr
+        );
+        self
+    }
+}
+
+impl Node {
+    pub fn new() -> Self {
+        Node {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn lock_file(&self) -> PathBuf {
+        self.dir.path().join("run/ipam.lock")
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+    pub fn log_file(&self) -> PathBuf {
+        self.dir.path().join("log/wasm-ipam.log")
+    }
+
+    /// A netconf for `module` with this node's paths; `ipam` keys are merged in.
+    pub fn netconf(&self, version: &str, module: &Path, ipam: Value) -> Value {
+        let mut conf = json!({
+            "cniVersion": version,
+            "name": "testnet",
+            "type": "wasm-ipam",
+            "ipam": {
+                "type": "wasm-ipam",
+                "module": module,
+                "lockFile": self.lock_file(),
+                "dataDir": self.data_dir(),
+                "logFile": self.log_file(),
+            }
+        });
+        for (k, v) in ipam.as_object().expect("ipam keys as an object") {
+            conf["ipam"][k] = v.clone();
+        }
+        conf
+    }
+
+    /// Every entry of `network` in the store, or nothing if the store was never made.
+    pub fn store_entries(&self, network: &str) -> Vec<(String, String)> {
+        if !self
+            .data_dir()
+            .join(wasm_ipam::store::DATABASE_FILE)
+            .exists()
+        {
+            return Vec::new();
+        }
+        let store = wasm_ipam::store::Store::open(&self.data_dir()).unwrap();
+        store
+            .list(network, "")
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect()
+    }
+
+    /// The log's JSON lines with `target` equal to `target`.
+    pub fn log_lines(&self, target: &str) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.log_file()).unwrap_or_default();
+        text.lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("log lines are JSON"))
+            .filter(|v| v["target"] == target)
+            .collect()
+    }
+}
+
+/// A CNI call to make: command, container, ifname, extra environment.
+pub struct Call<'a> {
+    pub command: &'a str,
+    pub container_id: &'a str,
+    pub ifname: &'a str,
+    pub env: Vec<(&'a str, String)>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(command: &'a str, container_id: &'a str) -> Self {
+        Call {
+            command,
+            container_id,
+            ifname: "eth0",
+            env: Vec::new(),
+        }
+    }
+
+    pub fn env(mut self, key: &'a str, value: impl Into<String>) -> Self {
+        self.env.push((key, value.into()));
+        self
+    }
+
+    /// Starts the plugin with the environment a runtime sets, writing `stdin`.
+    pub fn spawn_raw(&self, stdin: &[u8]) -> std::process::Child {
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .env("CNI_COMMAND", self.command)
+            .env("CNI_CONTAINERID", self.container_id)
+            .env("CNI_NETNS", format!("/var/run/netns/{}", self.container_id))
+            .env("CNI_IFNAME", self.ifname)
+            .env("CNI_PATH", "/opt/cni/bin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
+        }
+        let mut child = cmd.spawn().expect("start wasm-ipam");
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child
+    }
+
+    pub fn spawn(&self, conf: &Value) -> std::process::Child {
+        self.spawn_raw(conf.to_string().as_bytes())
+    }
+
+    pub fn run_raw(&self, stdin: &[u8]) -> Reply {
+        reply(self.spawn_raw(stdin).wait_with_output().unwrap())
+    }
+
+    pub fn run(&self, conf: &Value) -> Reply {
+        self.run_raw(conf.to_string().as_bytes())
+    }
+}
+
+pub fn reply(out: Output) -> Reply {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = (!stdout.trim().is_empty()).then(|| {
+        serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("stdout is one JSON document ({e}): {stdout:?}"))
+    });
+    Reply {
+        success: out.status.success(),
+        json,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
