@@ -93,7 +93,7 @@ macro_rules! export_module {
                     $crate::__export::status::<$module>(r)
                 }
             }
-            $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
+    $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
         };
     };
 }

@@ -17,8 +17,11 @@ impl Request {
     /// Wraps the host's request, parsing the network configuration JSON.
     pub fn new(raw: RawRequest) -> Result<Self, Error> {
         let config = serde_json::from_str(&raw.config).map_err(|e| {
-            Error::new(code::DECODING_FAILURE, "network configuration is not valid JSON")
-                .with_details(e.to_string())
+            Error::new(
+                code::DECODING_FAILURE,
+                "network configuration is not valid JSON",
+            )
+            .with_details(e.to_string())
         })?;
         Ok(Request { raw, config })
     }

@@ -32,7 +32,9 @@ pub struct HostStore;
 
 fn refused(e: wit::StoreError) -> Error {
     match e {
-        wit::StoreError::TooLarge(why) => Error::new(STORE_LIMIT, "store write refused").with_details(why),
+        wit::StoreError::TooLarge(why) => {
+            Error::new(STORE_LIMIT, "store write refused").with_details(why)
+        }
     }
 }
 
