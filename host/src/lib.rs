@@ -4,13 +4,17 @@
 //! [`plugin::handle`] is one CNI call; each other module answers one question.
 
 mod bindings;
+pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod deadline;
 pub mod engine;
 pub mod error;
 mod host;
+pub mod import;
+pub mod inventory;
 pub mod lock;
 pub mod logging;
+pub mod metrics;
 pub mod plugin;
 pub mod store;

@@ -1,10 +1,15 @@
-//! The `wasm-ipam` binary: a CNI plugin, so the call arrives as CNI_* environment
-//! variables and a netconf on stdin; the answer is JSON on stdout and the exit code.
+//! The `wasm-ipam` binary. Run by a container runtime it is a CNI plugin: the call
+//! arrives as CNI_* environment variables and a netconf on stdin, and the answer is
+//! JSON on stdout plus the exit code. Run with arguments, it serves operators.
 
+use clap::Parser;
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
+        return operator(wasm_ipam::cli::Cli::parse());
+    }
     let mut stdin = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
         eprintln!("wasm-ipam: cannot read stdin: {e}");
@@ -16,8 +21,20 @@ fn main() -> ExitCode {
         Err(err) => (Some(err.to_json(&reply.cni_version)), ExitCode::FAILURE),
     };
     if let Some(json) = json {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{json}");
+        let _ = writeln!(std::io::stdout().lock(), "{json}");
     }
     status
+}
+
+fn operator(cli: wasm_ipam::cli::Cli) -> ExitCode {
+    match wasm_ipam::cli::run(cli) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("wasm-ipam: {err}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -50,6 +50,28 @@ impl Store {
 
     /// Every entry of `network` whose key starts with `prefix`, in key order.
     pub fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
+        let entries = self.scan((network, prefix), |net, key| {
+            net == network && key.starts_with(prefix)
+        })?;
+        Ok(entries.into_iter().map(|(_, k, v)| (k, v)).collect())
+    }
+
+    /// Every entry of every network (or of `network` only), as (network, key, value).
+    pub fn entries(
+        &self,
+        network: Option<&str>,
+    ) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
+        self.scan((network.unwrap_or(""), ""), |net, _| {
+            network.is_none_or(|n| n == net)
+        })
+    }
+
+    /// Entries in key order from `from`, while `more(network, key)` holds.
+    fn scan(
+        &self,
+        from: (&str, &str),
+        mut more: impl FnMut(&str, &str) -> bool,
+    ) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
         let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
         let table = match txn.open_table(ENTRIES) {
             Ok(table) => table,
@@ -57,16 +79,13 @@ impl Store {
             Err(e) => return Err(store_error("read", e)),
         };
         let mut out = Vec::new();
-        for entry in table
-            .range((network, prefix)..)
-            .map_err(|e| store_error("read", e))?
-        {
+        for entry in table.range(from..).map_err(|e| store_error("read", e))? {
             let (key, value) = entry.map_err(|e| store_error("read", e))?;
             let (net, key) = key.value();
-            if net != network || !key.starts_with(prefix) {
+            if !more(net, key) {
                 break;
             }
-            out.push((key.to_string(), value.value().to_vec()));
+            out.push((net.to_string(), key.to_string(), value.value().to_vec()));
         }
         Ok(out)
     }

@@ -1,0 +1,172 @@
+//! Operator commands (`wasm-ipam list`, `stats`, `import-host-local`). They take the
+//! same host-wide lock as CNI calls, so they see and write a consistent store.
+
+use crate::config::{DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
+use crate::error::CniError;
+use crate::store::Store;
+use crate::{import, inventory, lock, metrics};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// wasm-ipam: a CNI IPAM plugin that runs IPAM modules as WebAssembly components.
+///
+/// As a CNI plugin it is run by a container runtime with CNI_COMMAND set; the
+/// subcommands below are for operators.
+#[derive(Parser)]
+#[command(version)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Operation,
+}
+
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// The store's directory (the netconf's `ipam.dataDir`).
+    #[arg(long, default_value = DEFAULT_DATA_DIR)]
+    data_dir: PathBuf,
+    /// The host-wide lock (the netconf's `ipam.lockFile`).
+    #[arg(long, default_value = DEFAULT_LOCK_FILE)]
+    lock_file: PathBuf,
+    /// Give up if the lock is not granted within this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    lock_timeout: f64,
+}
+
+#[derive(Subcommand)]
+enum Operation {
+    /// Print every allocation: network, address, container id, ifname, since when.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per network capacity, in use, free, excluded and cooling down; and, from the
+    /// log, lock wait / lock hold / budget used per call.
+    Stats {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The netconf's `ipam.logFile`, for call timings.
+        #[arg(long)]
+        log_file: Option<PathBuf>,
+        /// Prometheus text format (for node_exporter's textfile collector).
+        #[arg(long)]
+        prometheus: bool,
+    },
+    /// Import host-local's on-disk allocations so a node can switch without leaking
+    /// or reusing addresses.
+    ImportHostLocal {
+        /// host-local's dataDir (holding one directory per network).
+        #[arg(long, default_value = "/var/lib/cni/networks")]
+        data_dir: PathBuf,
+        /// The network(s) to import.
+        #[arg(long, required = true)]
+        network: Vec<String>,
+        /// wasm-ipam's store directory (the netconf's `ipam.dataDir`).
+        #[arg(long, default_value = DEFAULT_DATA_DIR)]
+        store_dir: PathBuf,
+        /// The host-wide lock (the netconf's `ipam.lockFile`).
+        #[arg(long, default_value = DEFAULT_LOCK_FILE)]
+        lock_file: PathBuf,
+    },
+}
+
+fn with_store<T>(
+    data_dir: &Path,
+    lock_file: &Path,
+    timeout: f64,
+    f: impl FnOnce(&Store) -> Result<T, CniError>,
+) -> Result<T, CniError> {
+    let timeout = Duration::try_from_secs_f64(timeout).ok();
+    let _lock = lock::acquire(lock_file, timeout)?;
+    f(&Store::open(data_dir)?)
+}
+
+fn rfc3339(secs: u64) -> String {
+    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
+}
+
+/// Runs an operator command; returns what to print.
+pub fn run(cli: Cli) -> Result<String, CniError> {
+    match cli.command {
+        Operation::List {
+            store,
+            network,
+            json,
+        } => {
+            let allocations =
+                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                    inventory::allocations(s, network.as_deref())
+                })?;
+            if json {
+                return Ok(serde_json::to_string_pretty(&allocations).expect("serialisable"));
+            }
+            let mut out = format!(
+                "{:<20} {:<40} {:<64} {:<10} {}\n",
+                "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "SINCE"
+            );
+            for a in allocations {
+                out += &format!(
+                    "{:<20} {:<40} {:<64} {:<10} {}\n",
+                    a.network,
+                    a.address,
+                    a.container_id,
+                    a.ifname,
+                    a.since.map_or("-".into(), rfc3339)
+                );
+            }
+            Ok(out)
+        }
+        Operation::Stats {
+            store,
+            log_file,
+            prometheus,
+        } => {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            let networks =
+                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                    inventory::network_stats(s, now)
+                })?;
+            let log = match &log_file {
+                Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                    CniError::new(
+                        crate::error::code::IO_FAILURE,
+                        format!("cannot read {}", path.display()),
+                    )
+                    .with_details(e)
+                })?,
+                None => String::new(),
+            };
+            let timings = metrics::call_timings(&log);
+            Ok(if prometheus {
+                metrics::prometheus(&networks, &timings)
+            } else {
+                metrics::table(&networks, &timings)
+            })
+        }
+        Operation::ImportHostLocal {
+            data_dir,
+            network,
+            store_dir,
+            lock_file,
+        } => with_store(&store_dir, &lock_file, 30.0, |store| {
+            let mut out = String::new();
+            for name in &network {
+                let r = import::import_host_local(store, &data_dir.join(name), name)?;
+                out += &format!(
+                    "{name}: imported {} address(es) and {} last-reserved marker(s); {} already present\n",
+                    r.addresses, r.last_reserved, r.already_present
+                );
+            }
+            Ok(out)
+        }),
+    }
+}

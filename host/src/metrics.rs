@@ -1,0 +1,228 @@
+//! `wasm-ipam stats`: per-network address use from the store and, from the log file,
+//! how long calls waited for the lock, held it and used of their budget — as a table
+//! or in Prometheus text format (for node_exporter's textfile collector).
+
+use crate::inventory::NetworkStats;
+use serde::Deserialize;
+use std::fmt::Write;
+
+/// Histogram bucket bounds in seconds: from a fast call to the default 90 s budget.
+const BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 90.0,
+];
+
+/// The three timings one invocation's log line carries, in seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallTiming {
+    pub lock_wait: f64,
+    pub lock_hold: f64,
+    pub budget_used: f64,
+}
+
+#[derive(Deserialize)]
+struct InvocationLine {
+    target: String,
+    lock_wait_ms: f64,
+    lock_hold_ms: f64,
+    budget_used_ms: f64,
+}
+
+/// The timings of every invocation in a log file's text (other lines are skipped).
+pub fn call_timings(log: &str) -> Vec<CallTiming> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<InvocationLine>(line).ok())
+        .filter(|l| l.target == "invocation")
+        .map(|l| CallTiming {
+            lock_wait: l.lock_wait_ms / 1000.0,
+            lock_hold: l.lock_hold_ms / 1000.0,
+            budget_used: l.budget_used_ms / 1000.0,
+        })
+        .collect()
+}
+
+type Metric = (&'static str, &'static str, fn(&CallTiming) -> f64);
+
+const TIMINGS: &[Metric] = &[
+    (
+        "wasm_ipam_lock_wait_seconds",
+        "Time a call waited for the host-wide lock.",
+        |t| t.lock_wait,
+    ),
+    (
+        "wasm_ipam_lock_hold_seconds",
+        "Time a call held the host-wide lock.",
+        |t| t.lock_hold,
+    ),
+    (
+        "wasm_ipam_budget_used_seconds",
+        "Time a module ran, counted from the lock grant.",
+        |t| t.budget_used,
+    ),
+];
+
+fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (network, value) in rows {
+        let _ = writeln!(out, "{name}{{network=\"{}\"}} {value}", escape(network));
+    }
+}
+
+fn escape(label: &str) -> String {
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Prometheus text exposition format.
+pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
+    let mut out = String::new();
+    let rows = |f: fn(&NetworkStats) -> Option<u64>| -> Vec<(String, u64)> {
+        networks
+            .iter()
+            .filter_map(|n| Some((n.network.clone(), f(n)?)))
+            .collect()
+    };
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_capacity",
+        "Addresses the network can hand out.",
+        &rows(|n| n.capacity),
+    );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_in_use",
+        "Addresses allocated.",
+        &rows(|n| Some(n.in_use)),
+    );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_free",
+        "Addresses that can be handed out now.",
+        &rows(|n| n.free),
+    );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_excluded",
+        "Addresses excluded from allocation.",
+        &rows(|n| Some(n.excluded)),
+    );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_cooling_down",
+        "Released addresses not yet reusable.",
+        &rows(|n| Some(n.cooling_down)),
+    );
+    for (name, help, value) in TIMINGS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for bound in BUCKETS {
+            let count = timings.iter().filter(|t| value(t) <= *bound).count();
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", timings.len());
+        let sum: f64 = timings.iter().map(value).sum();
+        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {}", timings.len());
+    }
+    out
+}
+
+/// The value below which `q` of `sorted` lies (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// A table for people.
+pub fn table(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
+    let mut out = String::new();
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let _ = writeln!(
+        out,
+        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}",
+        "NETWORK", "CAPACITY", "IN USE", "FREE", "EXCLUDED", "COOLING"
+    );
+    for n in networks {
+        let _ = writeln!(
+            out,
+            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}",
+            n.network,
+            opt(n.capacity),
+            n.in_use,
+            opt(n.free),
+            n.excluded,
+            n.cooling_down
+        );
+    }
+    let _ = writeln!(out, "\n{} calls in the log", timings.len());
+    let _ = writeln!(
+        out,
+        "{:<30} {:>10} {:>10} {:>10}",
+        "TIMING (ms)", "p50", "p99", "max"
+    );
+    for (name, _, value) in TIMINGS {
+        let mut values: Vec<f64> = timings.iter().map(value).collect();
+        values.sort_by(f64::total_cmp);
+        let ms = |v: f64| format!("{:.1}", v * 1000.0);
+        let _ = writeln!(
+            out,
+            "{:<30} {:>10} {:>10} {:>10}",
+            name.trim_start_matches("wasm_ipam_")
+                .trim_end_matches("_seconds"),
+            ms(quantile(&values, 0.5)),
+            ms(quantile(&values, 0.99)),
+            ms(values.last().copied().unwrap_or(0.0))
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = r#"{"target":"guest","message":"hi"}
+{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0}
+{"target":"invocation","lock_wait_ms":3000.0,"lock_hold_ms":120.0,"budget_used_ms":110.0}
+not json
+"#;
+
+    #[test]
+    fn timings_come_from_invocation_lines_only() {
+        let timings = call_timings(LOG);
+        assert_eq!(timings.len(), 2);
+        assert_eq!(timings[1].lock_wait, 3.0);
+    }
+
+    #[test]
+    fn prometheus_histograms_are_cumulative() {
+        let networks = [NetworkStats {
+            network: "n\"1".into(),
+            capacity: Some(10),
+            in_use: 3,
+            free: Some(7),
+            ..NetworkStats::default()
+        }];
+        let text = prometheus(&networks, &call_timings(LOG));
+        assert!(
+            text.contains("wasm_ipam_addresses_capacity{network=\"n\\\"1\"} 10\n"),
+            "{text}"
+        );
+        assert!(text.contains("wasm_ipam_lock_wait_seconds_bucket{le=\"0.0025\"} 1\n"));
+        assert!(text.contains("wasm_ipam_lock_wait_seconds_bucket{le=\"2.5\"} 1\n"));
+        assert!(text.contains("wasm_ipam_lock_wait_seconds_bucket{le=\"5\"} 2\n"));
+        assert!(text.contains("wasm_ipam_lock_wait_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("wasm_ipam_lock_wait_seconds_count 2\n"));
+        assert!(text.contains("wasm_ipam_lock_hold_seconds_sum 0.22"));
+    }
+
+    #[test]
+    fn quantiles_use_nearest_rank() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(quantile(&v, 0.5), 2.0);
+        assert_eq!(quantile(&v, 0.99), 4.0);
+        assert_eq!(quantile(&[], 0.5), 0.0);
+    }
+}
