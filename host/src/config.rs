@@ -124,6 +124,25 @@ impl NetConf {
         })
     }
 
+    /// The configuration JSON the module receives: the netconf as given, plus — when
+    /// `ipam.resolvConf` names a file — that file's text as `ipam.resolvConfContents`,
+    /// because the module has no filesystem to read it from (host-local reads it itself).
+    pub fn module_config(&self) -> Result<String, CniError> {
+        let Some(path) = self.json["ipam"].get("resolvConf").and_then(Value::as_str) else {
+            return Ok(self.raw.clone());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CniError::new(
+                code::IO_FAILURE,
+                format!("cannot read ipam.resolvConf {path}"),
+            )
+            .with_details(e)
+        })?;
+        let mut json = self.json.clone();
+        json["ipam"]["resolvConfContents"] = text.into();
+        Ok(json.to_string())
+    }
+
     /// The attachments a GC must keep: `cni.dev/valid-attachments`, or the older
     /// `cni.dev/attachments`. Absent is an error rather than "none", so a malformed
     /// call cannot release every address.
@@ -226,6 +245,29 @@ mod tests {
             );
             assert_eq!(parse(&json).unwrap_err().code, 7, "{bad}");
         }
+    }
+
+    #[test]
+    fn resolv_conf_is_read_for_the_module() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("resolv.conf");
+        std::fs::write(&path, "nameserver 10.0.0.53\n").unwrap();
+        let json = format!(
+            r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm","resolvConf":{path:?}}}}}"#
+        );
+        let module_config: Value =
+            serde_json::from_str(&parse(&json).unwrap().module_config().unwrap()).unwrap();
+        assert_eq!(
+            module_config["ipam"]["resolvConfContents"],
+            "nameserver 10.0.0.53\n"
+        );
+        let missing = json.replace("resolv.conf", "missing.conf");
+        assert_eq!(
+            parse(&missing).unwrap().module_config().unwrap_err().code,
+            5
+        );
+        let plain = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"/m.wasm"}}"#;
+        assert_eq!(parse(plain).unwrap().module_config().unwrap(), plain);
     }
 
     #[test]

@@ -45,6 +45,7 @@ fn run(invocation: &Invocation, stdin: &[u8]) -> Result<Option<Value>, CniError>
     }
     cni::check_version(invocation.command, &config::cni_version_of(stdin)?)?;
     let conf = NetConf::parse(stdin)?;
+    let module_config = conf.module_config()?;
     let call = match invocation.command {
         Command::Add => Call::Add,
         Command::Del => Call::Del,
@@ -66,7 +67,7 @@ fn run(invocation: &Invocation, stdin: &[u8]) -> Result<Option<Value>, CniError>
     }
     let started = Instant::now();
     let mut timings = None;
-    let result = locked_call(invocation, &conf, call, &mut timings);
+    let result = locked_call(invocation, &conf, module_config, call, &mut timings);
     log_invocation(invocation, &conf, started, timings.as_ref(), &result);
     let result = result?;
     Ok(result.map(|r| r.to_json(&conf.cni_version)))
@@ -84,6 +85,7 @@ fn run(invocation: &Invocation, stdin: &[u8]) -> Result<Option<Value>, CniError>
 fn locked_call(
     invocation: &Invocation,
     conf: &NetConf,
+    module_config: String,
     call: Call,
     timings: &mut Option<Timings>,
 ) -> Result<Option<IpamResult>, CniError> {
@@ -93,10 +95,11 @@ fn locked_call(
     let lock = lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout)?;
     let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
     let mut budget_used = Duration::ZERO;
+    let request = guest_request(invocation, conf, module_config, deadline);
     let result = run_guest(
         &host,
         &module,
-        invocation,
+        request,
         conf,
         deadline,
         call,
@@ -117,7 +120,7 @@ fn locked_call(
 fn run_guest(
     host: &ModuleHost,
     module: &LoadedModule,
-    invocation: &Invocation,
+    request: types::Request,
     conf: &NetConf,
     deadline: Deadline,
     call: Call,
@@ -130,12 +133,7 @@ fn run_guest(
         GuestLog::new(deadline),
         conf.ipam.memory_limit_bytes,
     );
-    let outcome = host.call(
-        module,
-        state,
-        guest_request(invocation, conf, deadline),
-        call,
-    );
+    let outcome = host.call(module, state, request, call);
     *budget_used = deadline.elapsed();
     log_guest_output(&outcome.state);
     let result = outcome.result?.map(module_result).transpose()?;
@@ -143,7 +141,12 @@ fn run_guest(
     Ok(result)
 }
 
-fn guest_request(invocation: &Invocation, conf: &NetConf, deadline: Deadline) -> types::Request {
+fn guest_request(
+    invocation: &Invocation,
+    conf: &NetConf,
+    config: String,
+    deadline: Deadline,
+) -> types::Request {
     let granted = deadline
         .granted_wall()
         .duration_since(UNIX_EPOCH)
@@ -162,7 +165,7 @@ fn guest_request(invocation: &Invocation, conf: &NetConf, deadline: Deadline) ->
         args: invocation.args.clone(),
         network_name: conf.name.clone(),
         cni_version: conf.cni_version.clone(),
-        config: conf.raw.clone(),
+        config,
         prev_result: conf.prev_result.clone(),
         lock_granted_at: types::WallInstant {
             seconds: granted.as_secs(),
