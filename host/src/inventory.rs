@@ -6,7 +6,8 @@
 //!   value without `\r\n` is host-local's legacy id-only form),
 //! - `meta/<address>` → `{"since": <unix seconds>}`, when the address was handed out,
 //! - `cooldown/<address>` → `{"until": <unix seconds>}`, not reused before then,
-//! - `summary` → `{"capacity": N, "excluded": M}`, the network's address space.
+//! - `summary` → `{"capacity": N, "excluded": M}`: addresses the ranges can hand out,
+//!   and how many of those are excluded; free is capacity less excluded, in use and cooling.
 
 use crate::error::CniError;
 use crate::store::Store;
@@ -107,7 +108,7 @@ pub fn network_stats(store: &Store, now: u64) -> Result<Vec<NetworkStats>, CniEr
         .map(|mut s| {
             s.free = s
                 .capacity
-                .map(|c| c.saturating_sub(s.in_use + s.cooling_down));
+                .map(|c| c.saturating_sub(s.excluded + s.in_use + s.cooling_down));
             s
         })
         .collect())
@@ -162,7 +163,7 @@ mod tests {
                 in_use: 2,
                 excluded: 2,
                 cooling_down: 1,
-                free: Some(250),
+                free: Some(248),
             }
         );
         assert_eq!(stats[1].capacity, None);

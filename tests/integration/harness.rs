@@ -217,7 +217,12 @@ impl<'a> Call<'a> {
 
     /// Starts the plugin with the environment a runtime sets, writing `stdin`.
     pub fn spawn_raw(&self, stdin: &[u8]) -> std::process::Child {
-        let mut cmd = Command::new(BIN);
+        self.spawn_plugin(Path::new(BIN), stdin)
+    }
+
+    /// Starts the CNI plugin `bin` (ours or a reference one) as a runtime would.
+    pub fn spawn_plugin(&self, bin: &Path, stdin: &[u8]) -> std::process::Child {
+        let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
             .env("CNI_CONTAINERID", self.container_id)
@@ -249,6 +254,12 @@ impl<'a> Call<'a> {
 
     pub fn run(&self, conf: &Value) -> Reply {
         self.run_raw(conf.to_string().as_bytes())
+    }
+
+    /// Runs another CNI plugin binary (e.g. the reference host-local) the same way.
+    pub fn run_plugin(&self, bin: &Path, conf: &Value) -> Reply {
+        let child = self.spawn_plugin(bin, conf.to_string().as_bytes());
+        reply(child.wait_with_output().unwrap())
     }
 }
 

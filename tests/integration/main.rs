@@ -5,4 +5,6 @@
 mod bad_input;
 mod deadline;
 mod harness;
+mod host_local_parity;
+mod main_plugins;
 mod protocol;

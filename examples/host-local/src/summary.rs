@@ -1,0 +1,102 @@
+//! The network's `summary` store entry, `{"capacity": N, "excluded": M}`, so
+//! operators' `wasm-ipam stats` can report free addresses without knowing this
+//! module's configuration. Capacity counts every address the ranges hand out (the
+//! gateway is never handed out); excluded counts those of them that `exclude` covers.
+
+use crate::config::IpamConfig;
+use crate::range::Range;
+use ipnet::IpNet;
+use std::net::IpAddr;
+use wasm_ipam_guest::Error;
+use wasm_ipam_guest::store::Store;
+
+pub const SUMMARY_KEY: &str = "summary";
+
+fn int(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u32::from(v4).into(),
+        IpAddr::V6(v6) => v6.into(),
+    }
+}
+
+/// Addresses of `range` (gateway aside) inside the merged `exclude` intervals.
+fn excluded_in(range: &Range, exclude: &[(u128, u128)]) -> u128 {
+    let (start, end) = (int(range.range_start), int(range.range_end));
+    let gateway = int(range.gateway);
+    exclude
+        .iter()
+        .map(|&(lo, hi)| {
+            let (lo, hi) = (lo.max(start), hi.min(end));
+            if lo > hi {
+                return 0;
+            }
+            (hi - lo + 1) - u128::from((lo..=hi).contains(&gateway))
+        })
+        .sum()
+}
+
+/// `exclude` as sorted, merged [first, last] intervals of one family.
+fn merged(exclude: &[IpNet], ipv4: bool) -> Vec<(u128, u128)> {
+    let mut intervals: Vec<(u128, u128)> = exclude
+        .iter()
+        .filter(|net| net.addr().is_ipv4() == ipv4)
+        .map(|net| (int(net.network()), int(net.broadcast())))
+        .collect();
+    intervals.sort_unstable();
+    let mut out: Vec<(u128, u128)> = Vec::new();
+    for (lo, hi) in intervals {
+        match out.last_mut() {
+            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// (capacity, excluded) of the configured ranges.
+pub fn capacity(conf: &IpamConfig) -> (u64, u64) {
+    let (mut capacity, mut excluded) = (0u128, 0u128);
+    for range in conf.ranges.iter().flat_map(|set| set.ranges()) {
+        let (start, end) = (int(range.range_start), int(range.range_end));
+        let gateway = int(range.gateway);
+        capacity =
+            capacity.saturating_add(end - start + 1 - u128::from((start..=end).contains(&gateway)));
+        excluded += excluded_in(range, &merged(&conf.exclude, range.range_start.is_ipv4()));
+    }
+    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    (clamp(capacity), clamp(excluded))
+}
+
+/// Writes the summary for `conf` (part of the call's staged writes).
+pub fn record(store: &mut impl Store, conf: &IpamConfig) -> Result<(), Error> {
+    let (capacity, excluded) = capacity(conf);
+    let summary = serde_json::json!({ "capacity": capacity, "excluded": excluded });
+    store.put(SUMMARY_KEY, summary.to_string().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conf(ipam: serde_json::Value) -> IpamConfig {
+        crate::config::load(
+            &json!({"cniVersion": "1.0.0", "name": "n", "ipam": ipam}),
+            &[],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn capacity_skips_gateway_and_counts_exclusions_once() {
+        // .1 is the gateway; .2-.254 can be handed out.
+        assert_eq!(capacity(&conf(json!({"subnet": "10.0.0.0/24"}))), (253, 0));
+        let c = conf(json!({"subnet": "10.0.0.0/24",
+            "exclude": ["10.0.0.0/28", "10.0.0.8/29", "10.0.0.100", "10.9.9.9"]}));
+        // 10.0.0.0/28 within the range is .2-.15 (14); the /29 lies inside it; .100 is one.
+        assert_eq!(capacity(&c), (253, 15));
+        let dual =
+            conf(json!({"ranges": [[{"subnet": "10.0.0.0/29"}], [{"subnet": "fd00::/120"}]]}));
+        assert_eq!(capacity(&dual), (5 + 254, 0));
+    }
+}
