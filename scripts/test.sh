@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: installs what the tests need, checks
-# formatting and lints, then runs every unit and integration test.
+# formatting and lints, then runs every unit and integration test. Needs root (it
+# installs Debian packages, and the main-plugin tests create network namespaces).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null
+# Real peers for the integration tests: host-local, bridge and ptp from Debian's
+# containernetworking-plugins (in /usr/lib/cni), ip and ping for network namespaces.
+if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge ]] || ! command -v ping >/dev/null || ! command -v ip >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping >/dev/null
+fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
 cargo fmt --all -- --check
