@@ -1,7 +1,9 @@
 //! Operator commands (`wasm-ipam list`, `stats`, `import-host-local`). They take the
 //! same host-wide lock as CNI calls, so they see and write a consistent store.
 
-use crate::config::{DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
+use crate::cache::ModuleCache;
+use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
+use crate::engine::ModuleHost;
 use crate::error::CniError;
 use crate::store::Store;
 use crate::{import, inventory, lock, metrics};
@@ -57,6 +59,15 @@ enum Operation {
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
+    },
+    /// Compile a module into the cache ahead of time (for node images and installers),
+    /// checking it as a CNI call would.
+    Precompile {
+        /// The module's .wasm component.
+        module: PathBuf,
+        /// The cache directory (the netconf's `ipam.cacheDir`).
+        #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+        cache_dir: PathBuf,
     },
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses.
@@ -151,6 +162,22 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
             } else {
                 metrics::table(&networks, &timings)
             })
+        }
+        Operation::Precompile { module, cache_dir } => {
+            let cache = ModuleCache::open(&cache_dir)
+                .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?;
+            let loaded = ModuleHost::new()?.load(&module, None, Some(&cache))?;
+            Ok(format!(
+                "{} (sha256 {}) {} {}\n",
+                module.display(),
+                loaded.sha256,
+                if loaded.from_cache {
+                    "already in"
+                } else {
+                    "compiled into"
+                },
+                cache_dir.display()
+            ))
         }
         Operation::ImportHostLocal {
             data_dir,

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(90);
 pub const DEFAULT_LOCK_FILE: &str = "/var/run/wasm-ipam/ipam.lock";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/wasm-ipam";
+pub const DEFAULT_CACHE_DIR: &str = "/var/cache/wasm-ipam";
 pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 64;
 
 /// The host's own `ipam` settings, defaults applied.
@@ -27,6 +28,8 @@ pub struct HostIpamConfig {
     /// How long to wait for the lock before answering "try again later".
     pub lock_timeout: Option<Duration>,
     pub data_dir: PathBuf,
+    /// Where compiled modules are cached (see [`crate::cache`]).
+    pub cache_dir: PathBuf,
     pub log_file: Option<PathBuf>,
     pub memory_limit_bytes: usize,
 }
@@ -40,6 +43,7 @@ struct RawHostIpam {
     lock_file: Option<PathBuf>,
     lock_timeout_seconds: Option<f64>,
     data_dir: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
     log_file: Option<PathBuf>,
     #[serde(rename = "memoryLimitMiB")]
     memory_limit_mib: Option<u64>,
@@ -194,6 +198,7 @@ impl HostIpamConfig {
                 .map(|s| positive_seconds("lockTimeoutSeconds", s))
                 .transpose()?,
             data_dir: raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            cache_dir: raw.cache_dir.unwrap_or_else(|| DEFAULT_CACHE_DIR.into()),
             log_file: raw.log_file,
             memory_limit_bytes: (memory_limit_mib << 20) as usize,
         })
@@ -214,6 +219,7 @@ mod tests {
         assert_eq!(conf.ipam.deadline, Duration::from_secs(90));
         assert_eq!(conf.ipam.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
         assert_eq!(conf.ipam.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(conf.ipam.cache_dir, PathBuf::from(DEFAULT_CACHE_DIR));
         assert_eq!(conf.ipam.memory_limit_bytes, 64 << 20);
         assert_eq!(conf.ipam.lock_timeout, None);
     }

@@ -6,6 +6,7 @@
 //! refused before anything waits for or holds the lock.
 
 use crate::bindings::{self, IpamModulePre, types};
+use crate::cache::{ModuleCache, hex};
 use crate::deadline::Deadline;
 use crate::error::{CniError, code};
 use crate::host::{DeadlineExceeded, GuestState, MemoryLimitExceeded};
@@ -42,6 +43,8 @@ pub struct ModuleHost {
 pub struct LoadedModule {
     pre: IpamModulePre<GuestState>,
     pub sha256: String,
+    /// Whether the compiled code came from the cache (else it was compiled now).
+    pub from_cache: bool,
 }
 
 /// The handler call to make.
@@ -79,8 +82,13 @@ impl ModuleHost {
         Ok(ModuleHost { engine, linker })
     }
 
-    /// Reads, verifies, compiles and links the module at `path`.
-    pub fn load(&self, path: &Path, pinned_sha256: Option<&str>) -> Result<LoadedModule, CniError> {
+    /// Reads, verifies, compiles (or loads from `cache`) and links the module at `path`.
+    pub fn load(
+        &self,
+        path: &Path,
+        pinned_sha256: Option<&str>,
+        cache: Option<&ModuleCache>,
+    ) -> Result<LoadedModule, CniError> {
         let bytes = std::fs::read(path).map_err(|e| {
             CniError::new(
                 code::IO_FAILURE,
@@ -101,12 +109,31 @@ impl ModuleHost {
         let rejected = |msg: String, e: wasmtime::Error| {
             CniError::new(code::MODULE_REJECTED, msg).with_details(format!("{e:#}"))
         };
-        let component = Component::from_binary(&self.engine, &bytes).map_err(|e| {
-            rejected(
-                format!("{} is not a valid WebAssembly component", path.display()),
-                e,
-            )
-        })?;
+        let cached = cache.and_then(|cache| match cache.load(&self.engine, &sha256) {
+            Ok(hit) => hit,
+            Err(e) => {
+                tracing::warn!(target: "cache", "{e}; compiling instead");
+                None
+            }
+        });
+        let from_cache = cached.is_some();
+        let component = match cached {
+            Some(component) => component,
+            None => {
+                let component = Component::from_binary(&self.engine, &bytes).map_err(|e| {
+                    rejected(
+                        format!("{} is not a valid WebAssembly component", path.display()),
+                        e,
+                    )
+                })?;
+                if let Some(cache) = cache
+                    && let Err(e) = cache.store(&self.engine, &sha256, &component)
+                {
+                    tracing::warn!(target: "cache", "{e}");
+                }
+                component
+            }
+        };
         let unsupported: Vec<String> = component
             .component_type()
             .imports(&self.engine)
@@ -142,7 +169,11 @@ impl ModuleHost {
                 e,
             )
         })?;
-        Ok(LoadedModule { pre, sha256 })
+        Ok(LoadedModule {
+            pre,
+            sha256,
+            from_cache,
+        })
     }
 
     /// Instantiates the module and calls its handler, stopping it at the deadline.
@@ -262,10 +293,6 @@ fn engine_error(e: wasmtime::Error) -> CniError {
         "cannot set up the WebAssembly engine",
     )
     .with_details(e)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Advances the engine's epoch every tick while a guest runs, so a guest that never

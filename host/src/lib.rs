@@ -4,6 +4,7 @@
 //! [`plugin::handle`] is one CNI call; each other module answers one question.
 
 mod bindings;
+pub mod cache;
 pub mod cli;
 pub mod cni;
 pub mod config;

@@ -1,6 +1,7 @@
 //! One CNI call from start to finish, in the order that is the point of wasm-ipam.
 
 use crate::bindings::types;
+use crate::cache::ModuleCache;
 use crate::cni::{self, Command, Invocation, IpamResult};
 use crate::config::{self, NetConf};
 use crate::deadline::Deadline;
@@ -32,7 +33,15 @@ pub fn handle(env: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Reply {
     }
 }
 
-/// Timings of one call, for the log.
+/// What the log line says about one call besides its outcome.
+#[derive(Default)]
+struct Report {
+    /// Set once the lock was granted.
+    timings: Option<Timings>,
+    /// Whether the module's compiled code came from the cache.
+    from_cache: bool,
+}
+
 struct Timings {
     lock_wait: Duration,
     lock_hold: Duration,
@@ -66,9 +75,9 @@ fn run(invocation: &Invocation, stdin: &[u8]) -> Result<Option<Value>, CniError>
         logging::init(path)?;
     }
     let started = Instant::now();
-    let mut timings = None;
-    let result = locked_call(invocation, &conf, module_config, call, &mut timings);
-    log_invocation(invocation, &conf, started, timings.as_ref(), &result);
+    let mut report = Report::default();
+    let result = locked_call(invocation, &conf, module_config, call, &mut report);
+    log_invocation(invocation, &conf, started, &report, &result);
     let result = result?;
     Ok(result.map(|r| r.to_json(&conf.cni_version)))
 }
@@ -87,10 +96,18 @@ fn locked_call(
     conf: &NetConf,
     module_config: String,
     call: Call,
-    timings: &mut Option<Timings>,
+    report: &mut Report,
 ) -> Result<Option<IpamResult>, CniError> {
     let host = ModuleHost::new()?;
-    let module = host.load(&conf.ipam.module, conf.ipam.module_sha256.as_deref())?;
+    let cache = ModuleCache::open(&conf.ipam.cache_dir)
+        .inspect_err(|e| tracing::warn!(target: "cache", "{e}; compiling instead"))
+        .ok();
+    let module = host.load(
+        &conf.ipam.module,
+        conf.ipam.module_sha256.as_deref(),
+        cache.as_ref(),
+    )?;
+    report.from_cache = module.from_cache;
 
     let lock = lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout)?;
     let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
@@ -107,7 +124,7 @@ fn locked_call(
     );
     let lock_wait = lock.waited();
     drop(lock);
-    *timings = Some(Timings {
+    report.timings = Some(Timings {
         lock_wait,
         lock_hold: deadline.elapsed(),
         budget_used,
@@ -222,11 +239,13 @@ fn log_invocation(
     invocation: &Invocation,
     conf: &NetConf,
     started: Instant,
-    timings: Option<&Timings>,
+    report: &Report,
     result: &Result<Option<IpamResult>, CniError>,
 ) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let (lock_wait, lock_hold, budget_used) = timings
+    let (lock_wait, lock_hold, budget_used) = report
+        .timings
+        .as_ref()
         .map(|t| (ms(t.lock_wait), ms(t.lock_hold), ms(t.budget_used)))
         .unwrap_or_default();
     let (outcome, error_code, error) = match result {
@@ -244,6 +263,7 @@ fn log_invocation(
         budget_used_ms = budget_used,
         budget_ms = ms(conf.ipam.deadline),
         total_ms = ms(started.elapsed()),
+        module_cached = report.from_cache,
         outcome,
         error_code,
         error = %error,

@@ -78,6 +78,12 @@ pub fn modules_dir() -> &'static Path {
     })
 }
 
+/// One compiled-module cache for the whole run, so most calls skip compiling (the
+/// cache tests use caches of their own).
+pub fn shared_cache_dir() -> PathBuf {
+    workspace().join("target/modules/cache")
+}
+
 pub fn probe_module() -> PathBuf {
     modules_dir().join("probe.wasm")
 }
@@ -156,6 +162,7 @@ impl Node {
                 "lockFile": self.lock_file(),
                 "dataDir": self.data_dir(),
                 "logFile": self.log_file(),
+                "cacheDir": shared_cache_dir(),
             }
         });
         for (k, v) in ipam.as_object().expect("ipam keys as an object") {

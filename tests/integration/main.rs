@@ -3,6 +3,7 @@
 //! code, store and log.
 
 mod bad_input;
+mod cache;
 mod deadline;
 mod harness;
 mod host_local_parity;

@@ -1,0 +1,221 @@
+//! The compiled-module cache's safety rules, through the real binary: a cache dir
+//! others could write to is refused (the call compiles instead), a corrupt or
+//! mismatched artifact is never loaded and is replaced, and concurrent first calls
+//! leave exactly one sound artifact.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+fn conf_with_cache(node: &Node, cache: &Path) -> Value {
+    let mut conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    conf["ipam"]["cacheDir"] = cache.to_string_lossy().into();
+    conf
+}
+
+fn artifacts(cache: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(cache)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+/// Whether the last call's log line says the module came from the cache.
+fn last_call_cached(node: &Node) -> bool {
+    let lines = node.log_lines("invocation");
+    lines.last().expect("a logged call")["module_cached"]
+        .as_bool()
+        .unwrap()
+}
+
+fn cache_warnings(node: &Node) -> Vec<String> {
+    node.log_lines("cache")
+        .iter()
+        .map(|l| l["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn first_call_compiles_then_calls_load_the_artifact() {
+    let node = Node::new();
+    let cache = node.dir.path().join("cache");
+    let conf = conf_with_cache(&node, &cache);
+    Call::new("ADD", "c1").run(&conf).ok();
+    assert!(!last_call_cached(&node));
+    let files = artifacts(&cache);
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert_eq!(
+        std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    Call::new("ADD", "c2").run(&conf).ok();
+    assert!(last_call_cached(&node));
+}
+
+#[test]
+fn cache_dir_writable_by_others_is_refused() {
+    let node = Node::new();
+    let cache = node.dir.path().join("open-cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let conf = conf_with_cache(&node, &cache);
+    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).ok();
+    assert!(!last_call_cached(&node), "compiled, not loaded");
+    assert!(
+        artifacts(&cache).is_empty(),
+        "nothing written to a refused cache"
+    );
+    let warnings = cache_warnings(&node);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("writable by group or others")),
+        "{warnings:?}"
+    );
+}
+
+#[test]
+fn cache_dir_owned_by_another_user_is_refused() {
+    let node = Node::new();
+    let cache = node.dir.path().join("foreign-cache");
+    std::fs::create_dir(&cache).unwrap();
+    std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).expect("chown (tests run as root)");
+    let conf = conf_with_cache(&node, &cache);
+    Call::new("ADD", "c1").run(&conf).ok();
+    assert!(artifacts(&cache).is_empty());
+    let warnings = cache_warnings(&node);
+    assert!(
+        warnings.iter().any(|w| w.contains("not by this user")),
+        "{warnings:?}"
+    );
+}
+
+/// Damages the one artifact in `cache` with `damage`, then checks the next call
+/// refuses it, compiles instead, succeeds, and leaves a sound artifact behind.
+fn damaged_artifact_is_replaced(damage: impl Fn(&[u8]) -> Vec<u8>, expect_warning: &str) {
+    let node = Node::new();
+    let cache = node.dir.path().join("cache");
+    let conf = conf_with_cache(&node, &cache);
+    Call::new("ADD", "c1").run(&conf).ok();
+    let artifact = artifacts(&cache).pop().unwrap();
+    std::fs::write(&artifact, damage(&std::fs::read(&artifact).unwrap())).unwrap();
+
+    Call::new("ADD", "c2").run(&conf).ok();
+    assert!(
+        !last_call_cached(&node),
+        "the damaged artifact was not loaded"
+    );
+    let warnings = cache_warnings(&node);
+    assert!(
+        warnings.iter().any(|w| w.contains(expect_warning)),
+        "{warnings:?}"
+    );
+    Call::new("ADD", "c3").run(&conf).ok();
+    assert!(last_call_cached(&node), "a sound artifact replaced it");
+}
+
+#[test]
+fn corrupt_artifact_is_never_loaded() {
+    // A byte flipped in the code: the recorded digest no longer matches.
+    damaged_artifact_is_replaced(
+        |bytes| {
+            let mut bytes = bytes.to_vec();
+            let mid = bytes.len() / 2;
+            bytes[mid] ^= 0xff;
+            bytes
+        },
+        "its header says",
+    );
+}
+
+#[test]
+fn truncated_artifact_is_never_loaded() {
+    damaged_artifact_is_replaced(|bytes| bytes[..bytes.len() / 3].to_vec(), "its header says");
+}
+
+#[test]
+fn digest_header_mismatch_is_never_loaded() {
+    damaged_artifact_is_replaced(
+        |bytes| {
+            let mut bytes = bytes.to_vec();
+            bytes[..64].copy_from_slice(&[b'0'; 64]);
+            bytes
+        },
+        "its header says 0000",
+    );
+}
+
+#[test]
+fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
+    use sha2::{Digest, Sha256};
+    damaged_artifact_is_replaced(
+        |_| {
+            let payload = b"not an ELF artifact at all".to_vec();
+            let mut file = format!("{:x}\n", Sha256::digest(&payload)).into_bytes();
+            file.extend_from_slice(&payload);
+            file
+        },
+        "wasmtime refused",
+    );
+}
+
+#[test]
+fn concurrent_first_use_leaves_one_sound_artifact() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let cache = node.dir.path().join("cache");
+    let conf = conf_with_cache(&node, &cache);
+    let ids: Vec<String> = (0..16).map(|i| format!("ctr{i}")).collect();
+    let children: Vec<_> = ids
+        .iter()
+        .map(|id| Call::new("DEL", id).spawn(&conf))
+        .collect();
+    for child in children {
+        reply(child.wait_with_output().unwrap()).ok();
+    }
+    let files = artifacts(&cache);
+    assert_eq!(
+        files.len(),
+        1,
+        "one artifact, no temporary files left: {files:?}"
+    );
+    assert!(files[0].extension().unwrap() == "cwasm");
+    Call::new("DEL", "after").run(&conf).ok();
+    assert!(last_call_cached(&node));
+    assert!(
+        cache_warnings(&node).is_empty(),
+        "{:?}",
+        cache_warnings(&node)
+    );
+}
+
+#[test]
+fn precompile_fills_the_cache_ahead_of_time() {
+    let node = Node::new();
+    let cache = node.dir.path().join("cache");
+    let out = std::process::Command::new(BIN)
+        .args([
+            "precompile",
+            &probe_module().to_string_lossy(),
+            "--cache-dir",
+        ])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("compiled into"));
+    Call::new("ADD", "c1")
+        .run(&conf_with_cache(&node, &cache))
+        .ok();
+    assert!(
+        last_call_cached(&node),
+        "the first CNI call already loads it"
+    );
+}
