@@ -23,14 +23,24 @@ fn io_error(path: &Path, e: std::io::Error) -> CniError {
     CniError::new(code::IO_FAILURE, format!("cannot read {}", path.display())).with_details(e)
 }
 
-/// Imports host-local's directory `network_dir` into `network` in one transaction.
-/// An address the store already gives to another owner aborts the import with
-/// nothing written.
+/// Imports host-local's directory `network_dir` into `network` in one transaction,
+/// holding host-local's own lock (`<network_dir>/lock`) meanwhile so a host-local call
+/// still in flight cannot change the files under it. An address the store already
+/// gives to another owner aborts the import with nothing written.
 pub fn import_host_local(
     store: &Store,
     network_dir: &Path,
     network: &str,
 ) -> Result<ImportReport, CniError> {
+    let host_local_lock = network_dir.join("lock");
+    let _held = match std::fs::File::open(&host_local_lock) {
+        Ok(file) => {
+            file.lock().map_err(|e| io_error(&host_local_lock, e))?;
+            Some(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error(&host_local_lock, e)),
+    };
     let mut changes = Changes::new();
     let mut report = ImportReport::default();
     let mut conflicts = Vec::new();

@@ -8,4 +8,5 @@ mod deadline;
 mod harness;
 mod host_local_parity;
 mod main_plugins;
+mod operators;
 mod protocol;

@@ -1,0 +1,183 @@
+//! Operators' view and migration, through the binary: `list`, `stats`, exclusions and
+//! reuse cooldowns as a node sees them, and moving a node from the real host-local
+//! with `import-host-local` without leaking or reusing an address.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+fn operator(node: &Node, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .arg("--lock-file")
+        .arg(node.lock_file())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "wasm-ipam {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn address(reply: &Reply) -> String {
+    reply.ok().json.as_ref().unwrap()["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn exclude_and_cooldown_show_in_list_and_stats() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.0.0",
+        &host_local_module(),
+        json!({"subnet": "10.40.0.0/29", "exclude": ["10.40.0.6"], "reuseCooldownSeconds": 3600}),
+    );
+    assert_eq!(address(&Call::new("ADD", "c1").run(&conf)), "10.40.0.2/29");
+    assert_eq!(address(&Call::new("ADD", "c2").run(&conf)), "10.40.0.3/29");
+    Call::new("DEL", "c1").run(&conf).ok();
+
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let list: Value = serde_json::from_str(&operator(
+        &node,
+        &["list", "--json", "--data-dir", &data_dir],
+    ))
+    .unwrap();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list[0]["address"], "10.40.0.3");
+    assert_eq!(list[0]["containerID"], "c2");
+    assert_eq!(list[0]["ifname"], "eth0");
+    assert!(
+        now.abs_diff(list[0]["since"].as_u64().unwrap()) < 600,
+        "{list}"
+    );
+    let table = operator(
+        &node,
+        &["list", "--network", "testnet", "--data-dir", &data_dir],
+    );
+    assert!(
+        table.contains("10.40.0.3") && table.contains("c2"),
+        "{table}"
+    );
+
+    let log = node.log_file().to_string_lossy().into_owned();
+    let prom = operator(
+        &node,
+        &[
+            "stats",
+            "--prometheus",
+            "--data-dir",
+            &data_dir,
+            "--log-file",
+            &log,
+        ],
+    );
+    for line in [
+        "wasm_ipam_addresses_capacity{network=\"testnet\"} 5",
+        "wasm_ipam_addresses_in_use{network=\"testnet\"} 1",
+        "wasm_ipam_addresses_excluded{network=\"testnet\"} 1",
+        "wasm_ipam_addresses_cooling_down{network=\"testnet\"} 1",
+        "wasm_ipam_addresses_free{network=\"testnet\"} 2",
+        "wasm_ipam_lock_wait_seconds_count 3",
+        "wasm_ipam_budget_used_seconds_count 3",
+    ] {
+        assert!(
+            prom.lines().any(|l| l == line),
+            "missing {line:?} in\n{prom}"
+        );
+    }
+    let table = operator(
+        &node,
+        &["stats", "--data-dir", &data_dir, "--log-file", &log],
+    );
+    assert!(
+        table.contains("testnet") && table.contains("3 calls"),
+        "{table}"
+    );
+
+    // The released .2 cools down and .6 is excluded: two addresses left, then none.
+    assert_eq!(address(&Call::new("ADD", "c3").run(&conf)), "10.40.0.4/29");
+    assert_eq!(address(&Call::new("ADD", "c4").run(&conf)), "10.40.0.5/29");
+    let full = Call::new("ADD", "c5").run(&conf);
+    full.error_code();
+    assert!(
+        full.msg().contains("no IP addresses available"),
+        "{}",
+        full.msg()
+    );
+}
+
+fn host_local(dir: &Path, command: &str, container: &str) -> Reply {
+    let conf = json!({"cniVersion": "1.0.0", "name": "testnet", "type": "host-local",
+        "ipam": {"type": "host-local", "subnet": "10.41.0.0/24", "dataDir": dir}});
+    Call::new(command, container).run_plugin(Path::new("/usr/lib/cni/host-local"), &conf)
+}
+
+#[test]
+fn import_from_host_local_continues_without_reuse() {
+    let node = Node::new();
+    let hl = node.dir.path().join("cni-networks");
+    for c in ["c1", "c2", "c3"] {
+        host_local(&hl, "ADD", c).ok();
+    }
+    host_local(&hl, "DEL", "c2").ok();
+
+    let out = Command::new(BIN)
+        .args(["import-host-local", "--data-dir"])
+        .arg(&hl)
+        .args(["--network", "testnet", "--store-dir"])
+        .arg(node.data_dir())
+        .arg("--lock-file")
+        .arg(node.lock_file())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("imported 2 address(es)"));
+
+    let conf = node.netconf(
+        "1.0.0",
+        &host_local_module(),
+        json!({"subnet": "10.41.0.0/24"}),
+    );
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let list: Value = serde_json::from_str(&operator(
+        &node,
+        &["list", "--json", "--data-dir", &data_dir],
+    ))
+    .unwrap();
+    let held: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["containerID"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, ["c1", "c3"]);
+
+    // wasm-ipam continues where host-local stopped: the next address is the one host-local
+    // would hand out, never one still held.
+    let ours = address(&Call::new("ADD", "c4").run(&conf));
+    let theirs = address(&host_local(&hl, "ADD", "c4"));
+    assert_eq!(ours, theirs);
+    assert_eq!(ours, "10.41.0.5/24");
+    // An imported allocation is released by wasm-ipam's DEL.
+    Call::new("DEL", "c1").run(&conf).ok();
+    assert!(
+        !node
+            .store_entries("testnet")
+            .iter()
+            .any(|(k, _)| k == "ip/10.41.0.2")
+    );
+}
