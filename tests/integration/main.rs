@@ -6,6 +6,7 @@ mod bad_input;
 mod cache;
 mod deadline;
 mod harness;
+mod host_local_module;
 mod host_local_parity;
 mod main_plugins;
 mod operators;
