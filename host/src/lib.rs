@@ -18,4 +18,5 @@ pub mod lock;
 pub mod logging;
 pub mod metrics;
 pub mod plugin;
+pub mod queue;
 pub mod store;

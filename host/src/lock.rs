@@ -1,19 +1,25 @@
 //! The host-wide IPAM lock: flock(2) on one file, like Calico's, so every wasm-ipam
 //! call on the node (and any other tool that flocks the same file) is serialised.
+//! wasm-ipam calls first queue in arrival order ([`crate::queue`]), so the lock is
+//! granted first come, first served rather than in flock's arbitrary order.
 //!
 //! The grant instant is recorded in the guard, because the deadline must start there
 //! and nowhere earlier (see [`crate::deadline::Deadline::from_grant`]).
 
 use crate::error::{CniError, code};
+use crate::queue::Ticket;
 use std::fs::{File, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 /// Holding this means holding the lock; dropping it closes the file, which releases it.
 #[derive(Debug)]
 pub struct LockGuard {
+    // Declared (so dropped) before the ticket: the flock goes first, then the next
+    // call in the queue may proceed.
     _file: File,
+    _ticket: Ticket,
     granted: Instant,
     granted_wall: SystemTime,
     waited: Duration,
@@ -54,24 +60,35 @@ fn open(path: &Path) -> Result<File, CniError> {
         .map_err(|e| io_error("open", e))
 }
 
+/// The queue directory that orders waiters for the lock at `lock_file`.
+pub fn queue_dir(lock_file: &Path) -> PathBuf {
+    let mut name = lock_file.as_os_str().to_owned();
+    name.push(".queue");
+    PathBuf::from(name)
+}
+
+/// Queues, then takes the flock: blocking.
+fn queue_then_lock(path: &Path, file: File) -> std::io::Result<(Ticket, File)> {
+    let ticket = Ticket::take(&queue_dir(path))?;
+    file.lock()?;
+    Ok((ticket, file))
+}
+
 /// Takes the lock at `path`, waiting at most `timeout` when given. A timeout is "try
 /// again later" (code 11): nothing has been done yet, so nothing changed.
 pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniError> {
     let started = Instant::now();
     let file = open(path)?;
-    let file = match timeout {
-        None => {
-            file.lock().map_err(|e| lock_failed(path, e))?;
-            file
-        }
+    let (ticket, file) = match timeout {
+        None => queue_then_lock(path, file).map_err(|e| lock_failed(path, e))?,
         // flock has no timeout: wait on another thread and stop listening at the
         // timeout. If the grant comes later, the thread's send fails and dropping the
-        // file releases the lock at once.
+        // ticket and file releases both at once.
         Some(timeout) => {
             let (tx, rx) = mpsc::channel();
+            let owned = path.to_path_buf();
             std::thread::spawn(move || {
-                let result = file.lock().map(|()| file);
-                let _ = tx.send(result);
+                let _ = tx.send(queue_then_lock(&owned, file));
             });
             match rx.recv_timeout(timeout) {
                 Ok(result) => result.map_err(|e| lock_failed(path, e))?,
@@ -91,6 +108,7 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
     let granted = Instant::now();
     Ok(LockGuard {
         _file: file,
+        _ticket: ticket,
         granted,
         granted_wall: SystemTime::now(),
         waited: granted - started,

@@ -13,7 +13,7 @@ use crate::logging;
 use crate::store::Store;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What to print: the result (if any) or the error, tagged with the config's version.
 pub struct Reply {
@@ -43,6 +43,8 @@ struct Report {
 }
 
 struct Timings {
+    /// Wall-clock instant of the grant, for ordering calls across processes.
+    granted: SystemTime,
     lock_wait: Duration,
     lock_hold: Duration,
     budget_used: Duration,
@@ -125,6 +127,7 @@ fn locked_call(
     let lock_wait = lock.waited();
     drop(lock);
     report.timings = Some(Timings {
+        granted: deadline.granted_wall(),
         lock_wait,
         lock_hold: deadline.elapsed(),
         budget_used,
@@ -243,10 +246,18 @@ fn log_invocation(
     result: &Result<Option<IpamResult>, CniError>,
 ) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let (lock_wait, lock_hold, budget_used) = report
+    let (granted, lock_wait, lock_hold, budget_used) = report
         .timings
         .as_ref()
-        .map(|t| (ms(t.lock_wait), ms(t.lock_hold), ms(t.budget_used)))
+        .map(|t| {
+            let granted = t.granted.duration_since(UNIX_EPOCH).unwrap_or_default();
+            (
+                ms(granted),
+                ms(t.lock_wait),
+                ms(t.lock_hold),
+                ms(t.budget_used),
+            )
+        })
         .unwrap_or_default();
     let (outcome, error_code, error) = match result {
         Ok(_) => ("ok", 0, String::new()),
@@ -258,6 +269,7 @@ fn log_invocation(
         container_id = %invocation.container_id,
         ifname = %invocation.ifname,
         network = %conf.name,
+        lock_granted_unix_ms = granted,
         lock_wait_ms = lock_wait,
         lock_hold_ms = lock_hold,
         budget_used_ms = budget_used,

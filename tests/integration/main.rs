@@ -5,6 +5,7 @@
 mod bad_input;
 mod cache;
 mod deadline;
+mod fair_lock;
 mod harness;
 mod host_local_module;
 mod host_local_parity;

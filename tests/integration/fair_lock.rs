@@ -1,0 +1,129 @@
+//! The lock is granted first come, first served, and a call that dies while queued or
+//! while holding the lock never blocks the ones behind it.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::fs::File;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+fn queue_dir(node: &Node) -> std::path::PathBuf {
+    wasm_ipam::lock::queue_dir(&node.lock_file())
+}
+
+/// Nodes (tickets) currently in the queue.
+fn queued(node: &Node) -> usize {
+    std::fs::read_dir(queue_dir(node))
+        .map(|d| {
+            d.filter(|e| e.as_ref().unwrap().file_name() != "tail")
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_until_queued(node: &Node, count: usize) {
+    let started = Instant::now();
+    while queued(node) < count {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{count} calls never queued"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Holds the host-wide lock as another tool would (plain flock on `lockFile`).
+fn hold_lock(node: &Node) -> File {
+    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
+    let file = File::create(node.lock_file()).unwrap();
+    file.lock().unwrap();
+    file
+}
+
+fn kill(child: &mut Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Calls are served in the order they queued, and a newcomer never barges ahead of a
+/// queued call, even at an instant when the flock itself is free (flock would let it).
+#[test]
+fn lock_is_granted_in_arrival_order_without_barging() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let conf = node.netconf("1.0.0", &probe_module(), json!({"probe": {"spinMs": 5}}));
+    // The test takes the first place in the queue but not the flock.
+    let first = wasm_ipam::queue::Ticket::take(&queue_dir(&node)).unwrap();
+    let ids: Vec<String> = (0..6).map(|i| format!("ctr{i}")).collect();
+    let mut children = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        children.push(Call::new("DEL", id).spawn(&conf));
+        wait_until_queued(&node, i + 2);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for child in &mut children {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "a call passed the queue while the flock was free"
+        );
+    }
+    drop(first);
+    for child in children {
+        reply(child.wait_with_output().unwrap()).ok();
+    }
+    let mut lines = node.log_lines("invocation");
+    lines.sort_by(|a, b| {
+        let at = |l: &Value| l["lock_granted_unix_ms"].as_f64().unwrap();
+        at(a).total_cmp(&at(b))
+    });
+    let granted: Vec<&str> = lines
+        .iter()
+        .map(|l| l["container_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(granted, ids, "granted in the order they queued");
+    assert_eq!(queued(&node), 0, "finished calls leave no queue nodes");
+}
+
+fn del_succeeds_soon(child: Child) {
+    let reply = reply(child.wait_with_output().unwrap());
+    reply.ok();
+}
+
+#[test]
+fn a_call_killed_while_queued_does_not_block_the_queue() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let holder = hold_lock(&node);
+    let mut doomed = Call::new("DEL", "doomed").spawn(&conf);
+    wait_until_queued(&node, 1);
+    let behind = Call::new("DEL", "behind").spawn(&conf);
+    wait_until_queued(&node, 2);
+    kill(&mut doomed);
+    drop(holder);
+    del_succeeds_soon(behind);
+    assert_eq!(queued(&node), 0);
+}
+
+#[test]
+fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let looping: Value = node.netconf(
+        "1.0.0",
+        &probe_module(),
+        json!({"deadlineSeconds": 600, "probe": {"write": ["x=1"], "then": "loop"}}),
+    );
+    let mut holder = Call::new("ADD", "holder").spawn(&looping);
+    wait_until_queued(&node, 1);
+    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let behind = Call::new("DEL", "behind").spawn(&conf);
+    wait_until_queued(&node, 2);
+    std::thread::sleep(Duration::from_millis(300));
+    kill(&mut holder);
+    del_succeeds_soon(behind);
+    assert!(
+        node.store_entries("testnet").is_empty(),
+        "the killed holder committed nothing"
+    );
+}
