@@ -25,6 +25,7 @@ netconf=$(cat <<JSON
     "lockFile": "$work/run/ipam.lock",
     "dataDir": "$work/data",
     "logFile": "$work/wasm-ipam.log",
+    "cacheDir": "$work/cache",
     "deadlineSeconds": 10,
     "subnet": "10.22.0.0/24",
     "routes": [{ "dst": "0.0.0.0/0" }]
@@ -50,5 +51,7 @@ call CHECK pod-a
 call DEL pod-a
 call DEL pod-a
 call DEL pod-b
-echo "== log ($work/wasm-ipam.log), one line per invocation:"
+echo "== log ($work/wasm-ipam.log), one line per invocation (the first compiled the module, later ones loaded it from the cache):"
 grep '"target":"invocation"' "$work/wasm-ipam.log"
+echo "== wasm-ipam stats --data-dir $work/data"
+"$bin" stats --data-dir "$work/data" --lock-file "$work/run/ipam.lock" --log-file "$work/wasm-ipam.log"
