@@ -9,10 +9,14 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Network namespaces and host links made by one test, removed on drop.
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+/// Network namespaces and host links made by one test, removed on drop; the host's
+/// IPv4 forwarding setting (which bridge and ptp turn on) is restored.
 struct Sandbox {
     namespaces: Vec<String>,
     links: Vec<String>,
+    ip_forward: String,
 }
 
 impl Sandbox {
@@ -20,6 +24,7 @@ impl Sandbox {
         Sandbox {
             namespaces: Vec::new(),
             links: Vec::new(),
+            ip_forward: std::fs::read_to_string(IP_FORWARD).unwrap(),
         }
     }
 
@@ -38,6 +43,7 @@ impl Drop for Sandbox {
         for link in &self.links {
             let _ = Command::new("ip").args(["link", "del", link]).status();
         }
+        let _ = std::fs::write(IP_FORWARD, &self.ip_forward);
     }
 }
 
