@@ -196,21 +196,14 @@ fn concurrent_first_use_leaves_one_sound_artifact() {
 fn precompile_fills_the_cache_ahead_of_time() {
     let node = Node::new();
     let cache = node.dir.path().join("cache");
-    let out = std::process::Command::new(BIN)
-        .args([
-            "precompile",
-            &probe_module().to_string_lossy(),
-            "--cache-dir",
-        ])
-        .arg(&cache)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("compiled into"));
+    let module = probe_module();
+    let out = operator_command([
+        "precompile".as_ref(),
+        module.as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_os_str(),
+    ]);
+    assert!(out.contains("compiled into"), "{out}");
     Call::new("ADD", "c1")
         .run(&conf_with_cache(&node, &cache))
         .ok();

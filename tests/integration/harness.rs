@@ -270,6 +270,19 @@ impl<'a> Call<'a> {
     }
 }
 
+/// Runs an operator command (`wasm-ipam list ...`), asserting it succeeds; its stdout.
+pub fn operator_command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
+    let args: Vec<S> = args.into_iter().collect();
+    let out = Command::new(BIN).args(&args).output().unwrap();
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
+    assert!(
+        out.status.success(),
+        "wasm-ipam {shown:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 pub fn reply(out: Output) -> Reply {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let json = (!stdout.trim().is_empty()).then(|| {

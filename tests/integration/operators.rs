@@ -5,22 +5,11 @@
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::path::Path;
-use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 fn operator(node: &Node, args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .arg("--lock-file")
-        .arg(node.lock_file())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "wasm-ipam {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let lock = node.lock_file().to_string_lossy().into_owned();
+    operator_command(args.iter().copied().chain(["--lock-file", &lock]))
 }
 
 fn address(reply: &Reply) -> String {
@@ -131,21 +120,23 @@ fn import_from_host_local_continues_without_reuse() {
     }
     host_local(&hl, "DEL", "c2").ok();
 
-    let out = Command::new(BIN)
-        .args(["import-host-local", "--data-dir"])
-        .arg(&hl)
-        .args(["--network", "testnet", "--store-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (hl_dir, data_dir) = (
+        hl.to_string_lossy(),
+        node.data_dir().to_string_lossy().into_owned(),
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("imported 2 address(es)"));
+    let out = operator(
+        &node,
+        &[
+            "import-host-local",
+            "--data-dir",
+            &hl_dir,
+            "--network",
+            "testnet",
+            "--store-dir",
+            &data_dir,
+        ],
+    );
+    assert!(out.contains("imported 2 address(es)"), "{out}");
 
     let conf = node.netconf(
         "1.0.0",
