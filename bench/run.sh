@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The one command for wasm-ipam's benchmark suite: installs what it needs (Debian's
+# host-local as the reference peer, strace, the wasm32-wasip2 target), builds the
+# release binary, the modules and the driver, runs every scenario and writes
+# BENCHMARKS.md at the workspace root. Extra arguments go to the driver
+# (`bench/target/release/wasm-ipam-bench --help` lists them).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+missing=()
+[ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
+command -v strace >/dev/null || missing+=(strace)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+fi
+rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
+
+# The host's code may change between runs: always rebuild before measuring, and
+# record the revision being built (others commit while the suite runs).
+revision="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    revision="$revision + uncommitted changes"
+fi
+target="${CARGO_TARGET_DIR:-$root/target}"
+cargo build --release -p wasm-ipam
+cargo build --release --target wasm32-wasip2 -p host-local -p probe
+cargo build --release --manifest-path bench/Cargo.toml
+bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
+
+WASM_IPAM_BENCH_REVISION="$revision" WASM_IPAM_BENCH_COMMAND="./bench/run.sh${*:+ $*}" exec "$bench_target/release/wasm-ipam-bench" all \
+    --out "$root/BENCHMARKS.md" \
+    --wasm-ipam "$target/release/wasm-ipam" \
+    --host-local-module "$target/wasm32-wasip2/release/host_local.wasm" \
+    --probe-module "$target/wasm32-wasip2/release/probe.wasm" \
+    "$@"

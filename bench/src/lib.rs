@@ -1,0 +1,11 @@
+//! The wasm-ipam benchmark suite as a library: the driver (`main.rs`) runs its
+//! scenarios, and the two DEL model binaries (`bin/`) share [`model`].
+
+pub mod fifo;
+pub mod invocations;
+pub mod model;
+pub mod process;
+pub mod report;
+pub mod scenario;
+pub mod setup;
+pub mod stats;

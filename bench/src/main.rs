@@ -1,0 +1,188 @@
+//! `wasm-ipam-bench`: runs the benchmark scenarios against the real binaries and
+//! writes BENCHMARKS.md (`all`), or runs one scenario and prints its section (e.g.
+//! `churn`, to re-run against another lock). `./bench/run.sh` builds everything first.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+use wasm_ipam_bench::report::{self, Section};
+use wasm_ipam_bench::scenario::{churn, herd, latency, ordering};
+use wasm_ipam_bench::setup::{Paths, workspace};
+
+const USAGE: &str = "\
+usage: wasm-ipam-bench <all|latency|herd|ordering|churn> [options]
+
+  all          run every scenario and write the report (--out)
+  latency      warm ADD+DEL cycles, cold first calls, peak memory
+  herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
+  ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
+  churn        sustained churn: flock's lock-wait tail vs a simulated FIFO
+
+options (defaults in brackets):
+  --out FILE                 report for `all` [<workspace>/BENCHMARKS.md]
+  --wasm-ipam PATH           [<workspace>/target/release/wasm-ipam]
+  --host-local-module PATH   [<workspace>/target/wasm32-wasip2/release/host_local.wasm]
+  --probe-module PATH        [<workspace>/target/wasm32-wasip2/release/probe.wasm]
+  --host-local PATH          [/usr/lib/cni/host-local]
+  --cycles N                 latency: ADD+DEL cycles per plugin [200]
+  --cold-calls N             latency: first calls per plugin [10]
+  --herd-sizes N,N           herd sizes [200,1000]
+  --herd-repeats N           herds per size and plugin [3]
+  --ordering-sizes N,N       ordering herd sizes [100,500]
+  --seconds S                churn: how long calls arrive [30]
+  --interval-ms MS           churn: time between arrivals [15]
+  --spin-ms MS               churn: guest work under the lock [20]
+";
+
+/// The scenarios `all` runs, in order.
+const SCENARIOS: [&str; 4] = ["latency", "herd", "ordering", "churn"];
+
+struct Args {
+    scenario: String,
+    out: PathBuf,
+    paths: Paths,
+    latency: latency::Options,
+    herd: herd::Options,
+    ordering: ordering::Options,
+    churn: churn::Options,
+}
+
+fn parse(argv: &[String]) -> Result<Args, String> {
+    let mut it = argv.iter();
+    let scenario = it.next().ok_or("no scenario given")?.clone();
+    if !SCENARIOS.contains(&scenario.as_str()) && scenario != "all" {
+        return Err(format!("unknown scenario {scenario:?}"));
+    }
+    let mut args = Args {
+        scenario,
+        out: workspace().join("BENCHMARKS.md"),
+        paths: Paths::defaults(),
+        latency: latency::Options {
+            cycles: 200,
+            cold_calls: 10,
+        },
+        herd: herd::Options {
+            sizes: vec![200, 1000],
+            repeats: 3,
+        },
+        ordering: ordering::Options {
+            sizes: vec![100, 500],
+        },
+        churn: churn::Options {
+            seconds: 30.0,
+            interval_ms: 15.0,
+            spin_ms: 20,
+        },
+    };
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<f64>()
+                .map_err(|_| format!("{flag}: not a number"))
+        };
+        let count = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{flag}: not a count"))
+        };
+        let counts = |v: &str| v.split(',').map(count).collect::<Result<Vec<_>, _>>();
+        match flag.as_str() {
+            "--out" => args.out = value.into(),
+            "--wasm-ipam" => args.paths.wasm_ipam = value.into(),
+            "--host-local-module" => args.paths.host_local_module = value.into(),
+            "--probe-module" => args.paths.probe_module = value.into(),
+            "--host-local" => args.paths.host_local = value.into(),
+            "--cycles" => args.latency.cycles = count(value)?,
+            "--cold-calls" => args.latency.cold_calls = count(value)?,
+            "--herd-sizes" => args.herd.sizes = counts(value)?,
+            "--herd-repeats" => args.herd.repeats = count(value)?,
+            "--ordering-sizes" => args.ordering.sizes = counts(value)?,
+            "--seconds" => args.churn.seconds = num(value)?,
+            "--interval-ms" => args.churn.interval_ms = num(value)?,
+            "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(args)
+}
+
+/// Runs one scenario by name, logging progress on stderr.
+fn scenario(name: &str, args: &Args) -> Result<Section, String> {
+    eprintln!("wasm-ipam-bench: {name}");
+    let started = Instant::now();
+    let section = match name {
+        "latency" => latency::run(&args.paths, &args.latency),
+        "herd" => herd::run(&args.paths, &args.herd),
+        "ordering" => ordering::run(&args.paths, &args.ordering),
+        "churn" => churn::run(&args.paths, &args.churn),
+        other => return Err(format!("unknown scenario {other:?}")),
+    }
+    .map_err(|e| format!("{name}: {e}"))?;
+    eprintln!(
+        "wasm-ipam-bench: {name} took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(section)
+}
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv
+        .first()
+        .is_some_and(|a| ["-h", "--help", "help"].contains(&a.as_str()))
+    {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse(&argv) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("wasm-ipam-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = args.paths.check() {
+        eprintln!("wasm-ipam-bench: {e}");
+        return ExitCode::FAILURE;
+    }
+    let started = Instant::now();
+    // The tree as built: run.sh records it before building (others commit while the
+    // suite runs); otherwise take it now, before measuring.
+    let revision = std::env::var("WASM_IPAM_BENCH_REVISION")
+        .unwrap_or_else(|_| report::revision(&workspace()));
+    let names: Vec<&str> = if args.scenario == "all" {
+        SCENARIOS.to_vec()
+    } else {
+        vec![args.scenario.as_str()]
+    };
+    let mut sections = Vec::new();
+    for name in names {
+        match scenario(name, &args) {
+            Ok(section) => sections.push(section),
+            Err(e) => {
+                eprintln!("wasm-ipam-bench: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let command = std::env::var("WASM_IPAM_BENCH_COMMAND")
+        .unwrap_or_else(|_| format!("wasm-ipam-bench {}", argv.join(" ")));
+    let preamble = format!(
+        "Machine:\n\n{}\nwasm-ipam revision as built: {} (`{}`); the whole run took {:.0} \
+         s.\n",
+        report::machine(),
+        revision,
+        args.paths.wasm_ipam.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let doc = report::document(&command, &preamble, &sections);
+    if args.scenario == "all" {
+        if let Err(e) = std::fs::write(&args.out, &doc) {
+            eprintln!("wasm-ipam-bench: write {}: {e}", args.out.display());
+            return ExitCode::FAILURE;
+        }
+        eprintln!("wasm-ipam-bench: wrote {}", args.out.display());
+    } else {
+        print!("{doc}");
+    }
+    ExitCode::SUCCESS
+}
