@@ -1,4 +1,5 @@
-//! SDK for writing [wasm-ipam](https://example.invalid/wasm-ipam) IPAM modules.
+//! SDK for writing wasm-ipam IPAM modules (WebAssembly components the `wasm-ipam` CNI
+//! plugin runs under its host-wide lock and post-grant deadline).
 //!
 //! A module implements [`IpamModule`] and exports it with [`export_module!`]:
 //!
