@@ -16,7 +16,7 @@ usage: wasm-ipam-bench <all|latency|herd|ordering|churn> [options]
   latency      warm ADD+DEL cycles, cold first calls, peak memory
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
-  churn        sustained churn: flock's lock-wait tail vs a simulated FIFO
+  churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
 
 options (defaults in brackets):
   --out FILE                 report for `all` [<workspace>/BENCHMARKS.md]

@@ -123,6 +123,8 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         .filter(|i| i.container_id.starts_with("cycle-"))
         .collect();
 
+    let floors = memory_floors(paths, cache.path(), &mut runner)?;
+
     let (mut wc, mut hc) = (Measured::default(), Measured::default());
     let mut cold_log = Vec::new();
     for i in 0..opts.cold_calls {
@@ -161,6 +163,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             warm_log,
             cold_log,
             syncs,
+            floors,
         },
     ))
 }
@@ -176,6 +179,7 @@ struct Results {
     /// wasm-ipam's log lines of the cold calls.
     cold_log: Vec<Invocation>,
     syncs: Option<TracedSyncs>,
+    floors: MemoryFloors,
 }
 
 /// Disk syncs per call of both plugins.
@@ -219,6 +223,7 @@ fn section(opts: &Options, results: &Results) -> Section {
         warm_log,
         cold_log,
         syncs,
+        floors,
     } = results;
     let ms_of = |calls: &[Finished]| calls.iter().map(Finished::ms).collect::<Samples>();
     let (wcyc, hcyc) = (w.cycle_ms(), h.cycle_ms());
@@ -336,6 +341,7 @@ fn section(opts: &Options, results: &Results) -> Section {
     );
 
     let rss = Measured::rss_mib;
+    let floor_text = floors.describe(rss(&[w.adds.clone(), w.dels.clone()].concat()).median());
     let warm_calls = |m: &Measured| [m.adds.clone(), m.dels.clone()].concat();
     let (wmem, hmem) = (rss(&warm_calls(w)), rss(&warm_calls(h)));
     let (wcmem, hcmem) = (rss(&wc.adds), rss(&hc.adds));
@@ -364,6 +370,7 @@ fn section(opts: &Options, results: &Results) -> Section {
             ],
         ],
     );
+    body += &floor_text;
 
     let cycle_ratio = wcyc.median() / hcyc.median();
     let targets = vec![
@@ -427,4 +434,59 @@ fn memory_target(name: &str, ours: f64, host_local: f64) -> Target {
 
 fn mib(v: f64) -> String {
     format!("{v:.1} MiB")
+}
+
+const MEMORY_SAMPLES: usize = 10;
+
+/// Where a warm call's peak memory goes: the peak of a VERSION call (the binary and
+/// libc), of a call that stops right after wasmtime's engine and the WASI linker are
+/// set up (its module path does not exist), and of a full call.
+struct MemoryFloors {
+    version_mib: f64,
+    engine_mib: f64,
+}
+
+fn memory_floors(
+    paths: &Paths,
+    cache: &std::path::Path,
+    runner: &mut Runner,
+) -> io::Result<MemoryFloors> {
+    let node = Node::new("memory")?;
+    let missing = node.dir.join("no-such-module.wasm");
+    let engine_only = Peer {
+        name: "wasm-ipam (no module)",
+        plugin: paths.wasm_ipam.clone(),
+        netconf: node.wasm_ipam_netconf(&missing, cache, json!({})),
+        log: None,
+    };
+    let mut version = Vec::new();
+    let mut engine = Vec::new();
+    for i in 0..MEMORY_SAMPLES {
+        let id = format!("floor-{i}");
+        version.push(runner.run(&engine_only.call("VERSION", &id))?);
+        engine.push(runner.run(&engine_only.call("ADD", &id))?);
+    }
+    let rss = Measured::rss_mib;
+    Ok(MemoryFloors {
+        version_mib: rss(&version).median(),
+        engine_mib: rss(&engine).median(),
+    })
+}
+
+impl MemoryFloors {
+    fn describe(&self, warm_mib: f64) -> String {
+        format!(
+            "\nWhere a warm wasm-ipam call's {} goes (medians of {} calls each): the \
+             binary and libc, as a VERSION call peaks, {}; wasmtime's engine and the WASI \
+             linker add {} (a call that stops once they are set up, its module missing, \
+             peaks at {}); reading, checking and loading the cached module, running it \
+             and the store add the remaining {}.\n",
+            mib(warm_mib),
+            MEMORY_SAMPLES,
+            mib(self.version_mib),
+            mib(self.engine_mib - self.version_mib),
+            mib(self.engine_mib),
+            mib(warm_mib - self.engine_mib),
+        )
+    }
 }
