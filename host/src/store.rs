@@ -5,7 +5,7 @@
 //! The store is opened only under the host-wide lock, so a single writer is assured.
 
 use crate::error::{CniError, code};
-use redb::{Database, ReadableDatabase, TableDefinition, TableError};
+use redb::{Database, ReadOnlyTable, ReadableDatabase, TableDefinition, TableError};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -35,17 +35,29 @@ impl Store {
         Ok(Store { db })
     }
 
-    pub fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+    /// Runs `f` on a read snapshot of the entries; before the first commit there is
+    /// no table yet, which reads as empty (`T::default()`).
+    fn read<T: Default>(
+        &self,
+        f: impl FnOnce(
+            &ReadOnlyTable<(&'static str, &'static str), &'static [u8]>,
+        ) -> Result<T, CniError>,
+    ) -> Result<T, CniError> {
         let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
-        let table = match txn.open_table(ENTRIES) {
-            Ok(table) => table,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(None),
-            Err(e) => return Err(store_error("read", e)),
-        };
-        let value = table
-            .get((network, key))
-            .map_err(|e| store_error("read", e))?;
-        Ok(value.map(|v| v.value().to_vec()))
+        match txn.open_table(ENTRIES) {
+            Ok(table) => f(&table),
+            Err(TableError::TableDoesNotExist(_)) => Ok(T::default()),
+            Err(e) => Err(store_error("read", e)),
+        }
+    }
+
+    pub fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        self.read(|table| {
+            let value = table
+                .get((network, key))
+                .map_err(|e| store_error("read", e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
     }
 
     /// Every entry of `network` whose key starts with `prefix`, in key order.
@@ -72,22 +84,18 @@ impl Store {
         from: (&str, &str),
         mut more: impl FnMut(&str, &str) -> bool,
     ) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
-        let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
-        let table = match txn.open_table(ENTRIES) {
-            Ok(table) => table,
-            Err(TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-            Err(e) => return Err(store_error("read", e)),
-        };
-        let mut out = Vec::new();
-        for entry in table.range(from..).map_err(|e| store_error("read", e))? {
-            let (key, value) = entry.map_err(|e| store_error("read", e))?;
-            let (net, key) = key.value();
-            if !more(net, key) {
-                break;
+        self.read(|table| {
+            let mut out = Vec::new();
+            for entry in table.range(from..).map_err(|e| store_error("read", e))? {
+                let (key, value) = entry.map_err(|e| store_error("read", e))?;
+                let (net, key) = key.value();
+                if !more(net, key) {
+                    break;
+                }
+                out.push((net.to_string(), key.to_string(), value.value().to_vec()));
             }
-            out.push((net.to_string(), key.to_string(), value.value().to_vec()));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// Applies `changes` to `network` in one durable transaction.
