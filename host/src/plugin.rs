@@ -23,13 +23,16 @@ pub struct Reply {
 
 /// Handles one invocation: `env` looks up the CNI_* variables, `stdin` is the netconf.
 pub fn handle(env: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Reply {
-    let cni_version = config::cni_version_of(stdin)
+    let declared = config::cni_version_of(stdin);
+    let cni_version = declared
+        .as_ref()
         .ok()
         .filter(|v| cni::SUPPORTED_VERSIONS.contains(&v.as_str()))
+        .cloned()
         .unwrap_or_else(|| cni::CURRENT_VERSION.to_string());
     Reply {
         cni_version,
-        outcome: Invocation::from_env(env).and_then(|invocation| run(&invocation, stdin)),
+        outcome: Invocation::from_env(env).and_then(|invocation| run(&invocation, declared, stdin)),
     }
 }
 
@@ -50,11 +53,17 @@ struct Timings {
     budget_used: Duration,
 }
 
-fn run(invocation: &Invocation, stdin: &[u8]) -> Result<Option<Value>, CniError> {
+/// `declared` is the netconf's `cniVersion` as [`handle`] decoded it; VERSION needs
+/// no netconf, so only the other commands fail on a netconf that does not decode.
+fn run(
+    invocation: &Invocation,
+    declared: Result<String, CniError>,
+    stdin: &[u8],
+) -> Result<Option<Value>, CniError> {
     if invocation.command == Command::Version {
         return Ok(Some(cni::version_info()));
     }
-    cni::check_version(invocation.command, &config::cni_version_of(stdin)?)?;
+    cni::check_version(invocation.command, &declared?)?;
     let conf = NetConf::parse(stdin)?;
     let module_config = conf.module_config()?;
     let call = match invocation.command {
