@@ -22,6 +22,9 @@ pub struct Cli {
     command: Operation,
 }
 
+/// How long an operator command waits for the host-wide lock by default.
+const LOCK_TIMEOUT_SECONDS: f64 = 30.0;
+
 #[derive(clap::Args)]
 struct StoreArgs {
     /// The store's directory (the netconf's `ipam.dataDir`).
@@ -31,7 +34,7 @@ struct StoreArgs {
     #[arg(long, default_value = DEFAULT_LOCK_FILE)]
     lock_file: PathBuf,
     /// Give up if the lock is not granted within this many seconds.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = LOCK_TIMEOUT_SECONDS)]
     lock_timeout: f64,
 }
 
@@ -184,7 +187,7 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
             network,
             store_dir,
             lock_file,
-        } => with_store(&store_dir, &lock_file, 30.0, |store| {
+        } => with_store(&store_dir, &lock_file, LOCK_TIMEOUT_SECONDS, |store| {
             let mut out = String::new();
             for name in &network {
                 let r = import::import_host_local(store, &data_dir.join(name), name)?;
