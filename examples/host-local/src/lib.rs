@@ -12,12 +12,14 @@ mod allocator;
 mod args;
 mod config;
 mod dns;
+mod exclude;
 mod range;
 mod range_set;
 mod summary;
 
 use allocator::{IpAllocator, Policy, failure};
 use config::IpamConfig;
+use exclude::Exclusions;
 use std::net::IpAddr;
 use wasm_ipam_guest::error::code;
 use wasm_ipam_guest::store::{HostStore, Store};
@@ -27,7 +29,7 @@ pub use dns::parse_resolv_conf;
 
 fn policy(conf: &IpamConfig, request: &Request) -> Policy {
     Policy {
-        exclude: conf.exclude.clone(),
+        exclude: Exclusions::new(&conf.exclude),
         cooldown_seconds: conf.reuse_cooldown_seconds,
         now: request.lock_granted_at().seconds,
     }

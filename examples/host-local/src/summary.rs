@@ -4,64 +4,27 @@
 //! gateway is never handed out); excluded counts those of them that `exclude` covers.
 
 use crate::config::IpamConfig;
-use crate::range::Range;
-use ipnet::IpNet;
-use std::net::IpAddr;
+use crate::exclude::{Exclusions, int};
 use wasm_ipam_guest::Error;
 use wasm_ipam_guest::store::Store;
 
 pub const SUMMARY_KEY: &str = "summary";
 
-fn int(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u32::from(v4).into(),
-        IpAddr::V6(v6) => v6.into(),
-    }
-}
-
-/// Addresses of `range` (gateway aside) inside the merged `exclude` intervals.
-fn excluded_in(range: &Range, exclude: &[(u128, u128)]) -> u128 {
-    let (start, end) = (int(range.range_start), int(range.range_end));
-    let gateway = int(range.gateway);
-    exclude
-        .iter()
-        .map(|&(lo, hi)| {
-            let (lo, hi) = (lo.max(start), hi.min(end));
-            if lo > hi {
-                return 0;
-            }
-            (hi - lo + 1) - u128::from((lo..=hi).contains(&gateway))
-        })
-        .sum()
-}
-
-/// `exclude` as sorted, merged [first, last] intervals of one family.
-fn merged(exclude: &[IpNet], ipv4: bool) -> Vec<(u128, u128)> {
-    let mut intervals: Vec<(u128, u128)> = exclude
-        .iter()
-        .filter(|net| net.addr().is_ipv4() == ipv4)
-        .map(|net| (int(net.network()), int(net.broadcast())))
-        .collect();
-    intervals.sort_unstable();
-    let mut out: Vec<(u128, u128)> = Vec::new();
-    for (lo, hi) in intervals {
-        match out.last_mut() {
-            Some(last) if lo <= last.1.saturating_add(1) => last.1 = last.1.max(hi),
-            _ => out.push((lo, hi)),
-        }
-    }
-    out
-}
-
 /// (capacity, excluded) of the configured ranges.
 pub fn capacity(conf: &IpamConfig) -> (u64, u64) {
     let (mut capacity, mut excluded) = (0u128, 0u128);
+    let exclusions = Exclusions::new(&conf.exclude);
     for range in conf.ranges.iter().flat_map(|set| set.ranges()) {
         let (start, end) = (int(range.range_start), int(range.range_end));
         let gateway = int(range.gateway);
-        capacity =
-            capacity.saturating_add(end - start + 1 - u128::from((start..=end).contains(&gateway)));
-        excluded += excluded_in(range, &merged(&conf.exclude, range.range_start.is_ipv4()));
+        capacity = capacity.saturating_add(
+            (end - start).saturating_add(1) - u128::from((start..=end).contains(&gateway)),
+        );
+        excluded = excluded.saturating_add(exclusions.count_in(
+            range.range_start,
+            range.range_end,
+            range.gateway,
+        ));
     }
     let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
     (clamp(capacity), clamp(excluded))
