@@ -9,9 +9,6 @@ use crate::bindings::cni::ipam::store as wit;
 use crate::error::code;
 use std::collections::BTreeMap;
 
-/// Code for a write the host refused as too large.
-pub const STORE_LIMIT: u32 = code::PLUGIN_SPECIFIC + 4;
-
 /// A key/value store of byte values under string keys.
 pub trait Store {
     fn get(&self, key: &str) -> Option<Vec<u8>>;
@@ -33,7 +30,7 @@ pub struct HostStore;
 fn refused(e: wit::StoreError) -> Error {
     match e {
         wit::StoreError::TooLarge(why) => {
-            Error::new(STORE_LIMIT, "store write refused").with_details(why)
+            Error::new(code::STORE_WRITE_REFUSED, "store write refused").with_details(why)
         }
     }
 }

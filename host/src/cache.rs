@@ -8,8 +8,14 @@
 //!   otherwise the cache is refused (the caller compiles instead);
 //! - each artifact file starts with its own sha256 (one hex line), checked before every
 //!   load, and is written to a temporary file and renamed into place: concurrent first
-//!   calls never see a partial file, and a corrupt one is recompiled, never loaded.
+//!   calls never see a partial file, and a corrupt one is recompiled, never loaded;
+//! - one `<key>.lock` per artifact serialises compiling it across processes, and a
+//!   `<key>.refused` file remembers a module the compiler refused, with the limits it
+//!   was refused under (see [`crate::compile`]).
 
+use crate::error::CniError;
+use crate::limits::Limits;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
@@ -102,8 +108,81 @@ impl ModuleCache {
 
     /// Where the artifact for `module_sha256` compiled by `engine` lives.
     pub fn artifact_path(&self, engine: &Engine, module_sha256: &str) -> PathBuf {
-        self.dir
-            .join(format!("{module_sha256}-{}.cwasm", engine_key(engine)))
+        self.path(engine, module_sha256, "cwasm")
+    }
+
+    fn path(&self, engine: &Engine, module_sha256: &str, extension: &str) -> PathBuf {
+        self.dir.join(format!(
+            "{module_sha256}-{}.{extension}",
+            engine_key(engine)
+        ))
+    }
+
+    /// Takes the per-artifact compile lock, waiting at most `timeout`; held until the
+    /// returned file is dropped.
+    pub fn lock_for_compile(
+        &self,
+        engine: &Engine,
+        module_sha256: &str,
+        timeout: std::time::Duration,
+    ) -> Result<fs::File, CacheError> {
+        let path = self.path(engine, module_sha256, "lock");
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| CacheError(format!("cannot open {}: {e}", path.display())))?;
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(fs::TryLockError::WouldBlock) if started.elapsed() < timeout => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(20));
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(CacheError(format!(
+                        "another call held {} for over {timeout:?}",
+                        path.display()
+                    )));
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(CacheError(format!("cannot lock {}: {e}", path.display())));
+                }
+            }
+        }
+    }
+
+    /// Why the compiler refused this module before, if it did.
+    pub fn refusal(&self, engine: &Engine, module_sha256: &str) -> Option<Refusal> {
+        let path = self.path(engine, module_sha256, "refused");
+        let text = fs::read(path).ok()?;
+        serde_json::from_slice::<RecordedRefusal>(&text)
+            .ok()
+            .map(Refusal::from)
+    }
+
+    /// Remembers that the compiler refused this module under these limits.
+    pub fn record_refusal(
+        &self,
+        engine: &Engine,
+        module_sha256: &str,
+        refusal: &Refusal,
+    ) -> Result<(), CacheError> {
+        let recorded = RecordedRefusal {
+            compile_timeout_ms: refusal.compile_time.as_millis() as u64,
+            compile_memory: refusal.compile_memory,
+            code: refusal.error.code,
+            msg: refusal.error.msg.clone(),
+            details: refusal.error.details.clone(),
+        };
+        let json = serde_json::to_vec(&recorded).expect("a plain struct serialises");
+        write_atomically(&self.path(engine, module_sha256, "refused"), &json)
     }
 
     /// The cached component, if a sound artifact is there. `Err` means one is there
@@ -150,9 +229,68 @@ impl ModuleCache {
         let artifact = component
             .serialize()
             .map_err(|e| CacheError(format!("cannot serialise the compiled module: {e}")))?;
-        let mut file = format!("{}\n", hex(&Sha256::digest(&artifact))).into_bytes();
-        file.extend_from_slice(&artifact);
-        write_atomically(&self.artifact_path(engine, module_sha256), &file)
+        self.store_artifact(engine, module_sha256, &artifact)
+    }
+
+    /// Stores a serialised artifact, headed by its sha256, atomically.
+    pub fn store_artifact(
+        &self,
+        engine: &Engine,
+        module_sha256: &str,
+        artifact: &[u8],
+    ) -> Result<(), CacheError> {
+        let mut file = format!("{}\n", hex(&Sha256::digest(artifact))).into_bytes();
+        file.extend_from_slice(artifact);
+        write_atomically(&self.artifact_path(engine, module_sha256), &file)?;
+        let _ = fs::remove_file(self.path(engine, module_sha256, "refused"));
+        Ok(())
+    }
+}
+
+/// The compiler refused a module: the error, and the limits it was refused under.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    compile_time: std::time::Duration,
+    compile_memory: u64,
+    pub error: CniError,
+}
+
+impl Refusal {
+    pub fn new(limits: &Limits, error: CniError) -> Self {
+        Refusal {
+            compile_time: limits.compile_time,
+            compile_memory: limits.compile_memory,
+            error,
+        }
+    }
+
+    /// Whether compiling again under `limits` would only be refused again: they are no
+    /// larger than the refused attempt's.
+    pub fn covers(&self, limits: &Limits) -> bool {
+        limits.compile_time <= self.compile_time && limits.compile_memory <= self.compile_memory
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct RecordedRefusal {
+    compile_timeout_ms: u64,
+    compile_memory: u64,
+    code: u32,
+    msg: String,
+    details: String,
+}
+
+impl From<RecordedRefusal> for Refusal {
+    fn from(r: RecordedRefusal) -> Self {
+        Refusal {
+            compile_time: std::time::Duration::from_millis(r.compile_timeout_ms),
+            compile_memory: r.compile_memory,
+            error: CniError {
+                code: r.code,
+                msg: r.msg,
+                details: r.details,
+            },
+        }
     }
 }
 

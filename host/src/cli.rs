@@ -5,6 +5,7 @@ use crate::cache::ModuleCache;
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::engine::ModuleHost;
 use crate::error::CniError;
+use crate::limits::Limits;
 use crate::store::Store;
 use crate::{import, inventory, lock, metrics};
 use clap::{Parser, Subcommand};
@@ -71,6 +72,12 @@ enum Operation {
         /// The cache directory (the netconf's `ipam.cacheDir`).
         #[arg(long, default_value = DEFAULT_CACHE_DIR)]
         cache_dir: PathBuf,
+        /// Wall time the compiler may take (the netconf's `ipam.compileTimeoutSeconds`).
+        #[arg(long)]
+        compile_timeout_seconds: Option<f64>,
+        /// Data memory the compiler may use (the netconf's `ipam.compileMemoryMiB`).
+        #[arg(long)]
+        compile_memory_mib: Option<u64>,
     },
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses.
@@ -166,10 +173,27 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
                 metrics::table(&networks, &timings)
             })
         }
-        Operation::Precompile { module, cache_dir } => {
+        Operation::Precompile {
+            module,
+            cache_dir,
+            compile_timeout_seconds,
+            compile_memory_mib,
+        } => {
             let cache = ModuleCache::open(&cache_dir)
                 .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?;
-            let loaded = ModuleHost::new()?.load(&module, None, Some(&cache))?;
+            let mut limits = Limits::default();
+            if let Some(seconds) = compile_timeout_seconds {
+                limits.compile_time = Duration::try_from_secs_f64(seconds)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        CniError::config("--compile-timeout-seconds must be a positive number")
+                    })?;
+            }
+            if let Some(mib) = compile_memory_mib {
+                limits.compile_memory = mib.max(1) << 20;
+            }
+            let loaded = ModuleHost::new()?.load(&module, None, Some(&cache), &limits)?;
             Ok(format!(
                 "{} (sha256 {}) {} {}\n",
                 module.display(),

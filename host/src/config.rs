@@ -3,6 +3,7 @@
 //! other key belongs to the module, which receives the whole JSON.
 
 use crate::error::{CniError, code};
+use crate::limits::{Limits, MIB};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -12,7 +13,6 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(90);
 pub const DEFAULT_LOCK_FILE: &str = "/var/run/wasm-ipam/ipam.lock";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/wasm-ipam";
 pub const DEFAULT_CACHE_DIR: &str = "/var/cache/wasm-ipam";
-pub const DEFAULT_MEMORY_LIMIT_MIB: u64 = 64;
 
 /// The host's own `ipam` settings, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,7 +31,8 @@ pub struct HostIpamConfig {
     /// Where compiled modules are cached (see [`crate::cache`]).
     pub cache_dir: PathBuf,
     pub log_file: Option<PathBuf>,
-    pub memory_limit_bytes: usize,
+    /// The call's resource limits (see [`crate::limits`]).
+    pub limits: Limits,
 }
 
 #[derive(Deserialize)]
@@ -47,6 +48,18 @@ struct RawHostIpam {
     log_file: Option<PathBuf>,
     #[serde(rename = "memoryLimitMiB")]
     memory_limit_mib: Option<u64>,
+    #[serde(rename = "hostMemoryLimitMiB")]
+    host_memory_limit_mib: Option<u64>,
+    #[serde(rename = "logLimitKiB")]
+    log_limit_kib: Option<u64>,
+    store_quota_entries: Option<u64>,
+    #[serde(rename = "storeQuotaMiB")]
+    store_quota_mib: Option<u64>,
+    #[serde(rename = "moduleMaxMiB")]
+    module_max_mib: Option<u64>,
+    compile_timeout_seconds: Option<f64>,
+    #[serde(rename = "compileMemoryMiB")]
+    compile_memory_mib: Option<u64>,
 }
 
 /// One network configuration as the runtime passed it.
@@ -163,6 +176,7 @@ impl NetConf {
 
 impl HostIpamConfig {
     fn from_raw(raw: RawHostIpam) -> Result<Self, CniError> {
+        let limits = limits_from_raw(&raw)?;
         let module = raw
             .module
             .filter(|p| !p.as_os_str().is_empty())
@@ -178,12 +192,6 @@ impl HostIpamConfig {
                 }
             })
             .transpose()?;
-        let memory_limit_mib = raw.memory_limit_mib.unwrap_or(DEFAULT_MEMORY_LIMIT_MIB);
-        if memory_limit_mib == 0 || memory_limit_mib > 4096 {
-            return Err(CniError::config(
-                "ipam.memoryLimitMiB must be between 1 and 4096",
-            ));
-        }
         Ok(HostIpamConfig {
             module,
             module_sha256,
@@ -200,9 +208,74 @@ impl HostIpamConfig {
             data_dir: raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             cache_dir: raw.cache_dir.unwrap_or_else(|| DEFAULT_CACHE_DIR.into()),
             log_file: raw.log_file,
-            memory_limit_bytes: (memory_limit_mib << 20) as usize,
+            limits,
         })
     }
+}
+
+/// A whole number within `range`, else the default; `what` names the key.
+fn bounded(
+    key: &str,
+    value: Option<u64>,
+    range: std::ops::RangeInclusive<u64>,
+    default: u64,
+) -> Result<u64, CniError> {
+    match value {
+        None => Ok(default),
+        Some(v) if range.contains(&v) => Ok(v),
+        Some(_) => Err(CniError::config(format!(
+            "ipam.{key} must be between {} and {}",
+            range.start(),
+            range.end()
+        ))),
+    }
+}
+
+fn limits_from_raw(raw: &RawHostIpam) -> Result<Limits, CniError> {
+    let d = Limits::default();
+    let mib = |key, value, max: u64, default: u64| -> Result<u64, CniError> {
+        Ok(bounded(key, value, 1..=max, default / MIB)? * MIB)
+    };
+    let compile_time = raw
+        .compile_timeout_seconds
+        .map(|s| positive_seconds("compileTimeoutSeconds", s))
+        .transpose()?
+        .unwrap_or(d.compile_time);
+    Ok(Limits {
+        guest_memory: mib(
+            "memoryLimitMiB",
+            raw.memory_limit_mib,
+            4096,
+            d.guest_memory as u64,
+        )? as usize,
+        host_memory: mib(
+            "hostMemoryLimitMiB",
+            raw.host_memory_limit_mib,
+            1024,
+            d.host_memory as u64,
+        )? as usize,
+        log_bytes: (bounded(
+            "logLimitKiB",
+            raw.log_limit_kib,
+            1..=1 << 20,
+            d.log_bytes as u64 >> 10,
+        )? << 10) as usize,
+        store_entries: bounded(
+            "storeQuotaEntries",
+            raw.store_quota_entries,
+            1..=1 << 40,
+            d.store_entries,
+        )?,
+        store_bytes: mib("storeQuotaMiB", raw.store_quota_mib, 1 << 20, d.store_bytes)?,
+        module_bytes: mib("moduleMaxMiB", raw.module_max_mib, 1024, d.module_bytes)?,
+        compile_time,
+        compile_memory: mib(
+            "compileMemoryMiB",
+            raw.compile_memory_mib,
+            64 * 1024,
+            d.compile_memory,
+        )?,
+    })
 }
 
 #[cfg(test)]
@@ -220,7 +293,7 @@ mod tests {
         assert_eq!(conf.ipam.lock_file, PathBuf::from(DEFAULT_LOCK_FILE));
         assert_eq!(conf.ipam.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
         assert_eq!(conf.ipam.cache_dir, PathBuf::from(DEFAULT_CACHE_DIR));
-        assert_eq!(conf.ipam.memory_limit_bytes, 64 << 20);
+        assert_eq!(conf.ipam.limits, Limits::default());
         assert_eq!(conf.ipam.lock_timeout, None);
     }
 
@@ -245,6 +318,13 @@ mod tests {
             r#""lockTimeoutSeconds":-1"#,
             r#""moduleSha256":"abc""#,
             r#""memoryLimitMiB":0"#,
+            r#""hostMemoryLimitMiB":0"#,
+            r#""logLimitKiB":-1"#,
+            r#""storeQuotaEntries":0"#,
+            r#""storeQuotaMiB":1.5"#,
+            r#""moduleMaxMiB":100000"#,
+            r#""compileTimeoutSeconds":0"#,
+            r#""compileMemoryMiB":"1024""#,
         ] {
             let json = format!(
                 r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{bad}}}}}"#

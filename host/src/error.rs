@@ -3,28 +3,8 @@
 
 use std::fmt;
 
-/// Error codes: 1–11 are the CNI spec's, 100 and up are wasm-ipam's own.
-pub mod code {
-    pub const INCOMPATIBLE_CNI_VERSION: u32 = 1;
-    pub const INVALID_ENVIRONMENT_VARIABLES: u32 = 4;
-    pub const IO_FAILURE: u32 = 5;
-    pub const DECODING_FAILURE: u32 = 6;
-    pub const INVALID_NETWORK_CONFIG: u32 = 7;
-    pub const TRY_AGAIN_LATER: u32 = 11;
-    /// The module is not a usable component: invalid, wrong exports, or imports the host
-    /// does not provide.
-    pub const MODULE_REJECTED: u32 = 100;
-    /// The module's sha256 differs from `ipam.moduleSha256`.
-    pub const MODULE_DIGEST_MISMATCH: u32 = 101;
-    /// The module trapped (including exceeding its memory limit).
-    pub const MODULE_TRAPPED: u32 = 102;
-    /// The module ran past its deadline.
-    pub const DEADLINE_EXCEEDED: u32 = 103;
-    /// The store could not be opened, read or committed.
-    pub const STORE_FAILURE: u32 = 104;
-    /// The module returned a result that is not valid CNI.
-    pub const INVALID_MODULE_RESULT: u32 = 106;
-}
+/// Error codes, from the one table shared with the guest SDK.
+pub use wasm_ipam_codes as code;
 
 /// A CNI error: `code`, `msg` and optional `details`, as the spec's error result has.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! host-local module continues exactly where host-local stopped.
 
 use crate::error::{CniError, code};
-use crate::store::{Changes, Store};
+use crate::store::{Changes, Quota, Store};
 use std::net::IpAddr;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -93,7 +93,7 @@ pub fn import_host_local(
         )
         .with_details(conflicts.join("; ")));
     }
-    store.commit(network, &changes)?;
+    store.commit(network, &changes, Quota::UNLIMITED, || false)?;
     Ok(report)
 }
 

@@ -117,14 +117,16 @@ pub fn network_stats(store: &Store, now: u64) -> Result<Vec<NetworkStats>, CniEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Changes;
+    use crate::store::{Changes, Quota};
 
     fn put(store: &Store, network: &str, pairs: &[(&str, &str)]) {
         let changes: Changes = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
             .collect();
-        store.commit(network, &changes).unwrap();
+        store
+            .commit(network, &changes, Quota::UNLIMITED, || false)
+            .unwrap();
     }
 
     #[test]

@@ -3,10 +3,12 @@
 //!
 //! [`plugin::handle`] is one CNI call; each other module answers one question.
 
+mod answer;
 mod bindings;
 pub mod cache;
 pub mod cli;
 pub mod cni;
+pub mod compile;
 pub mod config;
 pub mod deadline;
 pub mod engine;
@@ -14,6 +16,7 @@ pub mod error;
 mod host;
 pub mod import;
 pub mod inventory;
+pub mod limits;
 pub mod lock;
 pub mod logging;
 pub mod metrics;

@@ -1,16 +1,17 @@
 //! One CNI call from start to finish, in the order that is the point of wasm-ipam.
 
+use crate::answer;
 use crate::bindings::types;
 use crate::cache::ModuleCache;
 use crate::cni::{self, Command, Invocation, IpamResult};
 use crate::config::{self, NetConf};
 use crate::deadline::Deadline;
 use crate::engine::{Call, LoadedModule, ModuleHost};
-use crate::error::{CniError, code};
+use crate::error::CniError;
 use crate::host::{GuestLog, GuestState, GuestStore};
 use crate::lock;
 use crate::logging;
-use crate::store::Store;
+use crate::store::{Quota, Store};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,6 +44,8 @@ struct Report {
     timings: Option<Timings>,
     /// Whether the module's compiled code came from the cache.
     from_cache: bool,
+    /// Guest log messages dropped past the call's log budget.
+    log_dropped: u64,
 }
 
 struct Timings {
@@ -86,8 +89,7 @@ fn run(
         logging::init(path)?;
     }
     let started = Instant::now();
-    let mut report = Report::default();
-    let result = locked_call(invocation, &conf, module_config, call, &mut report);
+    let (result, report) = locked_call(invocation, &conf, module_config, call);
     log_invocation(invocation, &conf, started, &report, &result);
     let result = result?;
     Ok(result.map(|r| r.to_json(&conf.cni_version)))
@@ -100,15 +102,42 @@ fn run(
 /// Why this order: compiling before the lock keeps the lock held only for guest work;
 /// starting the deadline at the grant means a herd queued on the lock can never use up
 /// a call's budget (Calico's DEL once started its timer before the lock and failed
-/// under exactly that herd); committing only after the handler returns ok means a
-/// failed or stopped guest leaves no partial state.
+/// under exactly that herd); committing only after the handler returns ok, and only
+/// before the deadline, means a failed or stopped guest leaves no partial state and the
+/// lock is held no longer than the deadline plus the final durable sync.
 fn locked_call(
     invocation: &Invocation,
     conf: &NetConf,
     module_config: String,
     call: Call,
-    report: &mut Report,
-) -> Result<Option<IpamResult>, CniError> {
+) -> (Result<Option<IpamResult>, CniError>, Report) {
+    let mut report = Report::default();
+    let module = match load(conf) {
+        Ok(module) => module,
+        Err(e) => return (Err(e), report),
+    };
+    report.from_cache = module.from_cache;
+    let lock = match lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout) {
+        Ok(lock) => lock,
+        Err(e) => return (Err(e), report),
+    };
+    let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
+    let request = guest_request(invocation, conf, module_config, deadline);
+    let (result, guest) = run_guest(&module, request, conf, deadline, call);
+    let lock_wait = lock.waited();
+    drop(lock);
+    report.log_dropped = guest.log_dropped;
+    report.timings = Some(Timings {
+        granted: deadline.granted_wall(),
+        lock_wait,
+        lock_hold: deadline.elapsed(),
+        budget_used: guest.budget_used,
+    });
+    (result, report)
+}
+
+/// Before the lock: read, verify and compile (or fetch from the cache) the module.
+fn load(conf: &NetConf) -> Result<Loaded, CniError> {
     let host = ModuleHost::new()?;
     let cache = ModuleCache::open(&conf.ipam.cache_dir)
         .inspect_err(|e| tracing::warn!(target: "cache", "{e}; compiling instead"))
@@ -117,57 +146,74 @@ fn locked_call(
         &conf.ipam.module,
         conf.ipam.module_sha256.as_deref(),
         cache.as_ref(),
+        &conf.ipam.limits,
     )?;
-    report.from_cache = module.from_cache;
+    Ok(Loaded {
+        from_cache: module.from_cache,
+        host,
+        module,
+    })
+}
 
-    let lock = lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout)?;
-    let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
-    let mut budget_used = Duration::ZERO;
-    let request = guest_request(invocation, conf, module_config, deadline);
-    let result = run_guest(
-        &host,
-        &module,
-        request,
-        conf,
-        deadline,
-        call,
-        &mut budget_used,
-    );
-    let lock_wait = lock.waited();
-    drop(lock);
-    report.timings = Some(Timings {
-        granted: deadline.granted_wall(),
-        lock_wait,
-        lock_hold: deadline.elapsed(),
-        budget_used,
-    });
-    result
+struct Loaded {
+    host: ModuleHost,
+    module: LoadedModule,
+    from_cache: bool,
+}
+
+/// What the guest's run measured, for the log line.
+struct GuestReport {
+    budget_used: Duration,
+    log_dropped: u64,
 }
 
 /// Under the lock: open the store, instantiate and call the guest, and commit its
-/// staged writes only if it returned ok with a valid result.
+/// staged writes only if it returned ok with a valid result, before the deadline and
+/// within the network's store quota.
 fn run_guest(
-    host: &ModuleHost,
-    module: &LoadedModule,
+    loaded: &Loaded,
     request: types::Request,
     conf: &NetConf,
     deadline: Deadline,
     call: Call,
-    budget_used: &mut Duration,
-) -> Result<Option<IpamResult>, CniError> {
-    let store = Arc::new(Store::open(&conf.ipam.data_dir)?);
+) -> (Result<Option<IpamResult>, CniError>, GuestReport) {
+    let mut report = GuestReport {
+        budget_used: Duration::ZERO,
+        log_dropped: 0,
+    };
+    let store = match Store::open(&conf.ipam.data_dir) {
+        Ok(store) => Arc::new(store),
+        Err(e) => return (Err(e), report),
+    };
+    let limits = &conf.ipam.limits;
     let state = GuestState::new(
-        GuestStore::new(store.clone(), conf.name.clone(), deadline),
+        GuestStore::new(
+            store.clone(),
+            conf.name.clone(),
+            deadline,
+            limits.host_memory,
+        ),
         deadline,
-        GuestLog::new(deadline),
-        conf.ipam.memory_limit_bytes,
+        GuestLog::new(deadline, limits.log_bytes),
+        limits,
     );
-    let outcome = host.call(module, state, request, call);
-    *budget_used = deadline.elapsed();
-    log_guest_output(&outcome.state);
-    let result = outcome.result?.map(module_result).transpose()?;
-    store.commit(&conf.name, &outcome.state.store.into_changes())?;
-    Ok(result)
+    let mut outcome = loaded.host.call(&loaded.module, state, request, call);
+    report.budget_used = deadline.elapsed();
+    outcome.state.log_output();
+    report.log_dropped = outcome.state.log.dropped();
+    let quota = Quota {
+        entries: limits.store_entries,
+        bytes: limits.store_bytes,
+    };
+    let result = outcome
+        .result
+        .and_then(|r| r.map(answer::checked_result).transpose())
+        .and_then(|result| {
+            let changes = outcome.state.store.into_changes();
+            store.commit(&conf.name, &changes, quota, || deadline.expired())?;
+            Ok(result)
+        });
+    (result, report)
 }
 
 fn guest_request(
@@ -200,50 +246,6 @@ fn guest_request(
             seconds: granted.as_secs(),
             nanoseconds: granted.subsec_nanos(),
         },
-    }
-}
-
-/// Checks what the module returned is valid CNI before anything is committed.
-fn module_result(result: types::IpamResult) -> Result<IpamResult, CniError> {
-    let invalid = |what: &str, value: &str| {
-        CniError::new(
-            code::INVALID_MODULE_RESULT,
-            format!("module returned an invalid {what}: {value:?}"),
-        )
-    };
-    let cidr = |what, s: &str| s.parse().map_err(|_| invalid(what, s));
-    let ip = |what, s: &Option<String>| {
-        s.as_deref()
-            .map(|s| s.parse().map_err(|_| invalid(what, s)))
-            .transpose()
-    };
-    Ok(IpamResult {
-        ips: result
-            .ips
-            .iter()
-            .map(|i| Ok((cidr("address", &i.address)?, ip("gateway", &i.gateway)?)))
-            .collect::<Result<_, CniError>>()?,
-        routes: result
-            .routes
-            .iter()
-            .map(|r| Ok((cidr("route dst", &r.dst)?, ip("route gw", &r.gw)?)))
-            .collect::<Result<_, CniError>>()?,
-        dns: cni::Dns {
-            nameservers: result.dns.nameservers,
-            domain: result.dns.domain,
-            search: result.dns.search,
-            options: result.dns.options,
-        },
-    })
-}
-
-fn log_guest_output(state: &GuestState) {
-    let (stdout, stderr) = state.output();
-    for line in stdout.lines().filter(|l| !l.is_empty()) {
-        tracing::info!(target: "guest", stream = "stdout", "{line}");
-    }
-    for line in stderr.lines().filter(|l| !l.is_empty()) {
-        tracing::warn!(target: "guest", stream = "stderr", "{line}");
     }
 }
 
@@ -285,6 +287,7 @@ fn log_invocation(
         budget_ms = ms(conf.ipam.deadline),
         total_ms = ms(started.elapsed()),
         module_cached = report.from_cache,
+        guest_log_dropped = report.log_dropped,
         outcome,
         error_code,
         error = %error,

@@ -229,8 +229,12 @@ fn memory_limit_stops_the_module() {
     let (node, before) = node_with_state();
     let mut conf = probe_conf(&node, json!({"write": ["y=1"], "allocMib": 32}));
     conf["ipam"]["memoryLimitMiB"] = 16.into();
-    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 102);
-    assert!(reply.msg().contains("memory limit"), "{}", reply.msg());
+    let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 105);
+    assert!(
+        reply.msg().contains("ipam.memoryLimitMiB"),
+        "{}",
+        reply.msg()
+    );
     // The same allocation fits the default 64 MiB.
     conf["ipam"]
         .as_object_mut()

@@ -52,10 +52,6 @@ fn lock_wait_does_not_eat_the_budget() {
     assert!(line["lock_wait_ms"].as_f64().unwrap() >= 2500.0, "{line}");
 }
 
-fn lock_is_free(node: &Node) -> bool {
-    File::open(node.lock_file()).unwrap().try_lock().is_ok()
-}
-
 fn assert_stopped_at_deadline(probe: serde_json::Value) {
     let _serial = exclusive();
     let node = Node::new();
@@ -85,7 +81,7 @@ fn assert_stopped_at_deadline(probe: serde_json::Value) {
         node.store_entries("testnet").is_empty(),
         "nothing committed"
     );
-    assert!(lock_is_free(&node), "lock released");
+    assert!(node.lock_is_free(), "lock released");
 }
 
 #[test]

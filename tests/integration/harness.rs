@@ -43,7 +43,7 @@ pub fn wait_until_blocked_on_lock(pid: u32) {
     }
 }
 
-fn workspace() -> PathBuf {
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -189,6 +189,14 @@ impl Node {
             .collect()
     }
 
+    /// Whether nobody holds the node's IPAM lock.
+    pub fn lock_is_free(&self) -> bool {
+        std::fs::File::open(self.lock_file())
+            .unwrap()
+            .try_lock()
+            .is_ok()
+    }
+
     /// The log's JSON lines with `target` equal to `target`.
     pub fn log_lines(&self, target: &str) -> Vec<Value> {
         let text = std::fs::read_to_string(self.log_file()).unwrap_or_default();
@@ -229,7 +237,11 @@ impl<'a> Call<'a> {
 
     /// Starts the CNI plugin `bin` (ours or a reference one) as a runtime would.
     pub fn spawn_plugin(&self, bin: &Path, stdin: &[u8]) -> std::process::Child {
-        let mut cmd = Command::new(bin);
+        self.spawn_command(Command::new(bin), stdin)
+    }
+
+    /// Starts `cmd` with the environment a runtime sets, writing `stdin`.
+    fn spawn_command(&self, mut cmd: Command, stdin: &[u8]) -> std::process::Child {
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
             .env("CNI_CONTAINERID", self.container_id)
@@ -283,16 +295,61 @@ pub fn operator_command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item 
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// What a finished call cost, measured from outside the process.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    /// Peak resident memory of the process (or of a child it waited for), in MiB.
+    pub peak_rss_mib: f64,
+    /// From spawn to exit.
+    pub wall: Duration,
+}
+
+impl Call<'_> {
+    /// Runs the call and measures it: peak RSS as GNU time reports it, and wall time.
+    ///
+    /// The plugin runs under /usr/bin/time rather than straight from this test: Linux
+    /// carries an exec'ing process's old high-water mark into its `ru_maxrss`, and a
+    /// child spawned from this (large) test process would report the test's own.
+    pub fn run_measured(&self, conf: &Value) -> (Reply, Measured) {
+        let report = tempfile::NamedTempFile::new().unwrap();
+        let started = Instant::now();
+        let mut command = Command::new("/usr/bin/time");
+        command
+            .arg("--format=%M")
+            .arg("--output")
+            .arg(report.path())
+            .arg(BIN);
+        let child = self.spawn_command(command, conf.to_string().as_bytes());
+        let reply = reply(child.wait_with_output().unwrap());
+        let wall = started.elapsed();
+        let kib: f64 = std::fs::read_to_string(report.path())
+            .unwrap()
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .expect("GNU time reports the peak RSS in KiB");
+        let measured = Measured {
+            peak_rss_mib: kib / 1024.0,
+            wall,
+        };
+        (reply, measured)
+    }
+}
+
 pub fn reply(out: Output) -> Reply {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    reply_from(out.status.success(), &out.stdout, &out.stderr)
+}
+
+fn reply_from(success: bool, stdout: &[u8], stderr: &[u8]) -> Reply {
+    let stdout = String::from_utf8_lossy(stdout).into_owned();
     let json = (!stdout.trim().is_empty()).then(|| {
         serde_json::from_str(&stdout)
             .unwrap_or_else(|e| panic!("stdout is one JSON document ({e}): {stdout:?}"))
     });
     Reply {
-        success: out.status.success(),
+        success,
         json,
         stdout,
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        stderr: String::from_utf8_lossy(stderr).into_owned(),
     }
 }

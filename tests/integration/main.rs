@@ -9,6 +9,7 @@ mod fair_lock;
 mod harness;
 mod host_local_module;
 mod host_local_parity;
+mod hostile;
 mod main_plugins;
 mod operators;
 mod protocol;

@@ -105,6 +105,33 @@ fn exclude_and_cooldown_show_in_list_and_stats() {
     );
 }
 
+/// An ordinary IPv6 exclusion (a /100, 2^28 addresses, inside a /64) costs ADD,
+/// STATUS and stats one step, not one per excluded address: with a 10 s budget each
+/// call that walked the addresses one by one would run to its deadline.
+#[test]
+fn a_large_ipv6_exclusion_costs_per_range() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "fd00::/64", "exclude": ["fd00::/100"], "deadlineSeconds": 10}),
+    );
+    assert_eq!(
+        address(&Call::new("ADD", "c1").run(&conf)),
+        "fd00::1000:0/64"
+    );
+    Call::new("STATUS", "").run(&conf).ok();
+    let line = node.log_lines("invocation").pop().unwrap();
+    assert!(line["budget_used_ms"].as_f64().unwrap() < 5000.0, "{line}");
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let prom = operator(&node, &["stats", "--prometheus", "--data-dir", &data_dir]);
+    // 2^28 less fd00:: (not in the range) and the gateway fd00::1 (never handed out).
+    assert!(
+        prom.contains("wasm_ipam_addresses_excluded{network=\"testnet\"} 268435454"),
+        "{prom}"
+    );
+}
+
 fn host_local(dir: &Path, command: &str, container: &str) -> Reply {
     let conf = json!({"cniVersion": "1.0.0", "name": "testnet", "type": "host-local",
         "ipam": {"type": "host-local", "subnet": "10.41.0.0/24", "dataDir": dir}});

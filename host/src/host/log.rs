@@ -1,29 +1,58 @@
 //! `cni:ipam/log`: guest messages go to the host's log file, never to stdout (which
-//! carries the CNI result).
+//! carries the CNI result). One call writes at most its log budget (`logLimitKiB`):
+//! later messages are dropped and counted in the call's invocation line, so a module
+//! cannot fill the node's disk.
 
 use super::DeadlineExceeded;
 use crate::bindings::log::{Host, Level};
 use crate::deadline::Deadline;
+use crate::limits::truncated;
 
-/// Largest message kept; longer ones are cut so a guest cannot flood the log.
+/// Largest message kept; longer ones are cut.
 const MAX_MESSAGE_BYTES: usize = 4096;
+/// What a log line costs beyond its message (timestamp, level, target, stream, JSON),
+/// counted so a flood of tiny messages spends the budget as fast as the disk fills.
+const LINE_OVERHEAD: usize = 160;
 
 pub struct GuestLog {
     deadline: Deadline,
+    budget: usize,
+    written: usize,
+    dropped: u64,
 }
 
 impl GuestLog {
-    pub fn new(deadline: Deadline) -> Self {
-        GuestLog { deadline }
+    pub fn new(deadline: Deadline, budget: usize) -> Self {
+        GuestLog {
+            deadline,
+            budget,
+            written: 0,
+            dropped: 0,
+        }
     }
-}
 
-fn truncated(message: &str) -> &str {
-    let mut end = message.len().min(MAX_MESSAGE_BYTES);
-    while !message.is_char_boundary(end) {
-        end -= 1;
+    /// Messages dropped because the call's log budget was spent.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
-    &message[..end]
+
+    /// Logs `message` from the guest's `stream` if the budget allows, else counts it.
+    pub fn write(&mut self, level: Level, stream: &str, message: &str) {
+        let message = truncated(message, MAX_MESSAGE_BYTES);
+        let cost = message.len() + LINE_OVERHEAD;
+        if self.written + cost > self.budget {
+            self.dropped += 1;
+            return;
+        }
+        self.written += cost;
+        match level {
+            Level::Trace => tracing::trace!(target: "guest", stream, "{message}"),
+            Level::Debug => tracing::debug!(target: "guest", stream, "{message}"),
+            Level::Info => tracing::info!(target: "guest", stream, "{message}"),
+            Level::Warn => tracing::warn!(target: "guest", stream, "{message}"),
+            Level::Error => tracing::error!(target: "guest", stream, "{message}"),
+        }
+    }
 }
 
 impl Host for GuestLog {
@@ -31,14 +60,7 @@ impl Host for GuestLog {
         if self.deadline.expired() {
             return Err(wasmtime::Error::new(DeadlineExceeded));
         }
-        let message = truncated(&message);
-        match level {
-            Level::Trace => tracing::trace!(target: "guest", "{message}"),
-            Level::Debug => tracing::debug!(target: "guest", "{message}"),
-            Level::Info => tracing::info!(target: "guest", "{message}"),
-            Level::Warn => tracing::warn!(target: "guest", "{message}"),
-            Level::Error => tracing::error!(target: "guest", "{message}"),
-        }
+        self.write(level, "log", &message);
         Ok(())
     }
 }

@@ -8,7 +8,9 @@ mod store;
 pub use log::GuestLog;
 pub use store::GuestStore;
 
+use crate::bindings::log::Level;
 use crate::deadline::Deadline;
+use crate::limits::{Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};
 use std::fmt;
 use std::time::Duration;
 use wasmtime::ResourceLimiter;
@@ -30,30 +32,24 @@ impl fmt::Display for DeadlineExceeded {
 }
 impl std::error::Error for DeadlineExceeded {}
 
-/// Trap payload for a memory grow past the configured limit.
+/// Trap payload for a call that went past one of its resource limits (code 105).
 #[derive(Debug)]
-pub struct MemoryLimitExceeded {
-    pub limit: usize,
-    pub desired: usize,
-}
+pub struct LimitExceeded(pub String);
 
-impl fmt::Display for MemoryLimitExceeded {
+impl fmt::Display for LimitExceeded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "module tried to grow its memory to {} bytes, over its limit of {} MiB",
-            self.desired,
-            self.limit >> 20
-        )
+        f.write_str(&self.0)
     }
 }
-impl std::error::Error for MemoryLimitExceeded {}
+impl std::error::Error for LimitExceeded {}
 
 /// Everything one guest instance owns.
 pub struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
-    memory: MemoryLimit,
+    memory: GuestMemory,
+    /// The most one transfer from the guest may make the host copy.
+    pub transfer_limit: usize,
     pub store: GuestStore,
     pub deadline: Deadline,
     pub log: GuestLog,
@@ -64,8 +60,9 @@ pub struct GuestState {
 impl GuestState {
     /// A guest with no WASI capabilities: no preopened directories, no environment,
     /// no arguments, no network, no stdin; stdout and stderr captured for the log;
-    /// clocks that start at the lock grant.
-    pub fn new(store: GuestStore, deadline: Deadline, log: GuestLog, memory_limit: usize) -> Self {
+    /// clocks that start at the lock grant; memory bounded by `memoryLimitMiB` summed
+    /// over every memory and table, and each transfer by `hostMemoryLimitMiB`.
+    pub fn new(store: GuestStore, deadline: Deadline, log: GuestLog, limits: &Limits) -> Self {
         let stdout = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
         let stderr = MemoryOutputPipe::new(OUTPUT_CAPTURE_BYTES);
         let wasi = WasiCtx::builder()
@@ -77,9 +74,11 @@ impl GuestState {
         GuestState {
             wasi,
             table: ResourceTable::new(),
-            memory: MemoryLimit {
-                limit: memory_limit,
+            memory: GuestMemory {
+                limit: limits.guest_memory,
+                used: 0,
             },
+            transfer_limit: limits.host_memory,
             store,
             deadline,
             log,
@@ -96,6 +95,18 @@ impl GuestState {
     pub fn output(&self) -> (String, String) {
         let text = |pipe: &MemoryOutputPipe| String::from_utf8_lossy(&pipe.contents()).into_owned();
         (text(&self.stdout), text(&self.stderr))
+    }
+
+    /// Sends what the guest wrote to stdout and stderr to the log, within the call's
+    /// log budget.
+    pub fn log_output(&mut self) {
+        let (stdout, stderr) = self.output();
+        for line in stdout.lines().filter(|l| !l.is_empty()) {
+            self.log.write(Level::Info, "stdout", line);
+        }
+        for line in stderr.lines().filter(|l| !l.is_empty()) {
+            self.log.write(Level::Warn, "stderr", line);
+        }
     }
 }
 
@@ -133,34 +144,57 @@ impl HostWallClock for SinceGrant {
     }
 }
 
-/// Refuses memory growth past the limit with a typed trap, so the error can say so.
-struct MemoryLimit {
+/// The guest side of the call's budget: every linear memory and table of every core
+/// instance, summed (a component may hold several), and how many of each it creates.
+struct GuestMemory {
     limit: usize,
+    used: usize,
 }
 
-impl ResourceLimiter for MemoryLimit {
+impl GuestMemory {
+    fn grow(&mut self, what: &str, current: usize, desired: usize) -> wasmtime::Result<bool> {
+        let used = (self.used + desired).saturating_sub(current);
+        if used > self.limit {
+            return Err(wasmtime::Error::new(LimitExceeded(format!(
+                "module exceeded its memory limit: growing a {what} would bring its memories and tables to {used} bytes, over ipam.memoryLimitMiB ({} MiB)",
+                self.limit >> 20
+            ))));
+        }
+        self.used = used;
+        Ok(true)
+    }
+}
+
+impl ResourceLimiter for GuestMemory {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
-            return Err(wasmtime::Error::new(MemoryLimitExceeded {
-                limit: self.limit,
-                desired,
-            }));
-        }
-        Ok(true)
+        self.grow("memory", current, desired)
     }
 
     fn table_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        // Tables hold function references; a million is far beyond any allocator.
-        Ok(desired <= 1_000_000)
+        self.grow(
+            "table",
+            current.saturating_mul(TABLE_ELEMENT_BYTES),
+            desired.saturating_mul(TABLE_ELEMENT_BYTES),
+        )
+    }
+
+    fn instances(&self) -> usize {
+        MAX_INSTANCES
+    }
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
+    fn tables(&self) -> usize {
+        MAX_TABLES
     }
 }

@@ -1,32 +1,45 @@
 //! `cni:ipam/store`: the guest's view of its network's entries. Writes are staged
 //! here and reads see them; only the host commits them, and only on success.
+//!
+//! What the host holds for the guest counts against the call's host memory limit
+//! (`hostMemoryLimitMiB`): the staged set as the host stores it (key, value and a
+//! per-entry overhead), and, on top of it, each `list-prefix` answer while it is built.
 
-use super::DeadlineExceeded;
+use super::{DeadlineExceeded, LimitExceeded};
 use crate::bindings::store::{Host, StoreError};
 use crate::deadline::Deadline;
+use crate::limits::{LISTED_ENTRY_OVERHEAD, MAX_KEY_BYTES, MAX_VALUE_BYTES, STAGED_ENTRY_OVERHEAD};
 use crate::store::{Changes, Store};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
-pub const MAX_KEY_BYTES: usize = 1024;
-pub const MAX_VALUE_BYTES: usize = 64 * 1024;
-/// Bound on what one call may stage (keys plus values).
-pub const MAX_STAGED_BYTES: usize = 16 << 20;
+/// How many listed entries pass between looks at the deadline.
+const LISTED_PER_CLOCK_CHECK: usize = 1024;
 
 pub struct GuestStore {
     store: Arc<Store>,
     network: String,
     staged: Changes,
+    /// What `staged` costs the host, overheads included.
     staged_bytes: usize,
+    /// `hostMemoryLimitMiB`, in bytes.
+    host_memory: usize,
     deadline: Deadline,
 }
 
+fn staged_cost(key: &str, value: Option<&Vec<u8>>) -> usize {
+    key.len() + value.map_or(0, Vec::len) + STAGED_ENTRY_OVERHEAD
+}
+
 impl GuestStore {
-    pub fn new(store: Arc<Store>, network: String, deadline: Deadline) -> Self {
+    pub fn new(store: Arc<Store>, network: String, deadline: Deadline, host_memory: usize) -> Self {
         GuestStore {
             store,
             network,
             staged: Changes::new(),
             staged_bytes: 0,
+            host_memory,
             deadline,
         }
     }
@@ -51,19 +64,24 @@ impl GuestStore {
                 key.len()
             )));
         }
-        let size = key.len() + value.as_ref().map_or(0, Vec::len);
-        if value.as_ref().is_some_and(|v| v.len() > MAX_VALUE_BYTES) {
+        if let Some(value) = value.as_ref().filter(|v| v.len() > MAX_VALUE_BYTES) {
             return Err(StoreError::TooLarge(format!(
                 "value of {} bytes exceeds {MAX_VALUE_BYTES}",
-                size - key.len()
+                value.len()
             )));
         }
-        if self.staged_bytes + size > MAX_STAGED_BYTES {
+        let replaced = self
+            .staged
+            .get(&key)
+            .map_or(0, |old| staged_cost(&key, old.as_ref()));
+        let total = self.staged_bytes - replaced + staged_cost(&key, value.as_ref());
+        if total > self.host_memory {
             return Err(StoreError::TooLarge(format!(
-                "staged writes would exceed {MAX_STAGED_BYTES} bytes"
+                "staged writes would take {total} bytes of host memory, over ipam.hostMemoryLimitMiB ({} MiB)",
+                self.host_memory >> 20
             )));
         }
-        self.staged_bytes += size;
+        self.staged_bytes = total;
         self.staged.insert(key, value);
         Ok(())
     }
@@ -89,22 +107,57 @@ impl Host for GuestStore {
         Ok(self.stage(key, None).map(|()| present))
     }
 
+    /// The committed entries under `prefix` merged with the staged ones, built within
+    /// what the host memory limit leaves beside the staged set, and within the deadline.
     fn list_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
         self.check_deadline()?;
-        let mut merged: std::collections::BTreeMap<String, Vec<u8>> = self
-            .store
-            .list(&self.network, &prefix)?
-            .into_iter()
-            .collect();
+        let allowed = self.host_memory.saturating_sub(self.staged_bytes);
+        let mut answer = BTreeMap::new();
+        let mut bytes = 0usize;
+        let mut stop: Option<wasmtime::Error> = None;
+        let mut keep = |key: &str, value: &[u8], answer: &mut BTreeMap<String, Vec<u8>>| {
+            bytes += key.len() + value.len() + LISTED_ENTRY_OVERHEAD;
+            if bytes > allowed {
+                return Err(wasmtime::Error::new(LimitExceeded(format!(
+                    "list-prefix({prefix:?}) answer exceeds ipam.hostMemoryLimitMiB ({} MiB) beside {} bytes of staged writes",
+                    self.host_memory >> 20,
+                    self.staged_bytes
+                ))));
+            }
+            answer.insert(key.to_string(), value.to_vec());
+            Ok(())
+        };
+        let mut seen = 0usize;
+        self.store
+            .visit_prefix(&self.network, &prefix, |key, value| {
+                seen += 1;
+                if seen.is_multiple_of(LISTED_PER_CLOCK_CHECK) && self.deadline.expired() {
+                    stop = Some(wasmtime::Error::new(DeadlineExceeded));
+                    return ControlFlow::Break(());
+                }
+                // A staged change to this key wins; it is merged below.
+                if self.staged.contains_key(key) {
+                    return ControlFlow::Continue(());
+                }
+                match keep(key, value, &mut answer) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        stop = Some(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            })?;
+        if let Some(e) = stop {
+            return Err(e);
+        }
         for (key, change) in self.staged.range(prefix.clone()..) {
             if !key.starts_with(&prefix) {
                 break;
             }
-            match change {
-                Some(value) => merged.insert(key.clone(), value.clone()),
-                None => merged.remove(key),
-            };
+            if let Some(value) = change {
+                keep(key, value, &mut answer)?;
+            }
         }
-        Ok(merged.into_iter().collect())
+        Ok(answer.into_iter().collect())
     }
 }

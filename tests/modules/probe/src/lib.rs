@@ -1,12 +1,14 @@
 //! A test module whose behaviour is chosen by its netconf (`ipam.probe`), so the
-//! integration suite can make a guest trap, loop, sleep, write then fail, or report
-//! the budget it sees, and check what the host does about it.
+//! integration suite can make a guest trap, loop, sleep, flood the host, forge its
+//! answer, or report the budget it sees, and check what the host does about it. It is
+//! the hostile vendor's module, written to be configured rather than rewritten.
 
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 use wasm_ipam_guest::store::{HostStore, Store};
 use wasm_ipam_guest::{
-    Attachment, Dns, Error, IpConfig, IpamModule, IpamResult, Request, deadline, export_module, log,
+    Attachment, Dns, Error, IpConfig, IpamModule, IpamResult, Request, Route, deadline,
+    export_module, log,
 };
 
 #[derive(Deserialize, Default)]
@@ -16,15 +18,48 @@ struct Probe {
     report_budget: bool,
     /// Store writes to stage before anything else, as `key=value`.
     write: Vec<String>,
+    /// Stage this many entries `flood/<n>` of `floodValueBytes` bytes each; a refused
+    /// write fails the call with the SDK's error.
+    flood_entries: u64,
+    flood_value_bytes: usize,
+    /// The first `<n>` of the flood's keys.
+    flood_from: u64,
+    /// Stop flooding at the first refused write and go on, instead of failing.
+    flood_until_refused: bool,
+    /// Call `list-prefix` on this prefix `listTimes` times, and log how many entries
+    /// the last answer held.
+    list_prefix: Option<String>,
+    list_times: u32,
+    /// Log this many messages of `logBytes` bytes.
+    log_messages: u64,
+    log_bytes: usize,
     /// Text to print on stdout and stderr (the host must keep it off its own stdout).
     print: Option<String>,
     /// Busy-wait this long (guest CPU time under the lock).
     spin_ms: u64,
+    /// Busy-wait until this much of the budget is left (for a late answer).
+    spin_until_remaining_ms: Option<u64>,
     /// Sleep this long (a blocking WASI call the host must bound).
     sleep_ms: u64,
     /// Grow linear memory by this many MiB.
     alloc_mib: usize,
-    /// How the handler ends: "ok" (default), "error", "trap", "loop".
+    /// Recurse without end (a stack overflow).
+    recurse: bool,
+    /// Try to reach outside the sandbox (files, sockets, environment, arguments) and
+    /// fail with code 199 naming whatever worked.
+    escape: bool,
+    /// The ADD result: this many addresses (default one), and extra DNS fields.
+    result_ips: Option<usize>,
+    result_routes: usize,
+    nameservers: Vec<String>,
+    search: Vec<String>,
+    options: Vec<String>,
+    /// The error `then: "error"` returns: its code (default 142) and a message of this
+    /// many bytes (default a short one).
+    error_code: Option<u32>,
+    error_bytes: Option<usize>,
+    /// How the handler ends: "ok" (default), "error", "trap", "loop", "exit",
+    /// "host-call-loop".
     then: Option<String>,
 }
 
@@ -36,7 +71,40 @@ struct Ipam {
 
 struct ProbeModule;
 
-fn run(request: &Request) -> Result<(), Error> {
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    std::hint::black_box(recurse(std::hint::black_box(depth + 1))) + 1
+}
+
+/// What of the outside world this sandbox let the module see; empty when nothing.
+fn escapes() -> Vec<String> {
+    let mut escaped = Vec::new();
+    for path in ["/etc/passwd", "/", ".", "/proc/self/environ"] {
+        if std::fs::read_dir(path).is_ok() || std::fs::read(path).is_ok() {
+            escaped.push(format!("read {path}"));
+        }
+    }
+    if std::fs::write("/tmp/wasm-ipam-probe-escape", b"x").is_ok() {
+        escaped.push("wrote /tmp".into());
+    }
+    for addr in ["127.0.0.1:22", "127.0.0.1:2379", "[::1]:80"] {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            escaped.push(format!("connected to {addr}"));
+        }
+    }
+    if std::net::UdpSocket::bind("0.0.0.0:0").is_ok() {
+        escaped.push("bound a UDP socket".into());
+    }
+    if std::env::vars_os().next().is_some() {
+        escaped.push("saw environment variables".into());
+    }
+    if std::env::args_os().next().is_some() {
+        escaped.push("saw arguments".into());
+    }
+    escaped
+}
+
+fn run(request: &Request) -> Result<Probe, Error> {
     let probe = request.ipam::<Ipam>()?.probe;
     if probe.report_budget {
         log::info(&format!(
@@ -50,13 +118,46 @@ fn run(request: &Request) -> Result<(), Error> {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         store.put(key, value.as_bytes())?;
     }
+    let value = vec![b'v'; probe.flood_value_bytes];
+    for n in probe.flood_from..probe.flood_from + probe.flood_entries {
+        match store.put(&format!("flood/{n:09}"), &value) {
+            Ok(()) => {}
+            Err(_) if probe.flood_until_refused => break,
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(prefix) = &probe.list_prefix {
+        let mut listed = 0;
+        for _ in 0..probe.list_times.max(1) {
+            listed = store.list(prefix).len();
+        }
+        log::info(&format!("listed={listed}"));
+    }
+    let message = "m".repeat(probe.log_bytes);
+    for _ in 0..probe.log_messages {
+        log::info(&message);
+    }
     if let Some(text) = &probe.print {
         println!("{text}");
         eprintln!("{text}");
     }
+    if probe.escape {
+        let escaped = escapes();
+        if !escaped.is_empty() {
+            return Err(Error::new(199, "escaped the sandbox").with_details(escaped.join("; ")));
+        }
+    }
+    if probe.recurse {
+        recurse(0);
+    }
     if probe.spin_ms > 0 {
         let until = Instant::now() + Duration::from_millis(probe.spin_ms);
         while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+    }
+    if let Some(ms) = probe.spin_until_remaining_ms {
+        while deadline::remaining() > Duration::from_millis(ms) {
             std::hint::spin_loop();
         }
     }
@@ -68,11 +169,21 @@ fn run(request: &Request) -> Result<(), Error> {
         std::hint::black_box(&block);
     }
     match probe.then.as_deref().unwrap_or("ok") {
-        "ok" => Ok(()),
-        "error" => Err(Error::new(142, "probe asked to fail").with_details("then=error")),
+        "ok" => Ok(probe),
+        "error" => {
+            let msg = match probe.error_bytes {
+                Some(n) => "e".repeat(n),
+                None => "probe asked to fail".into(),
+            };
+            Err(Error::new(probe.error_code.unwrap_or(142), msg).with_details("then=error"))
+        }
         "trap" => panic!("probe asked to trap"),
         "loop" => loop {
             std::hint::black_box(());
+        },
+        "exit" => std::process::exit(3),
+        "host-call-loop" => loop {
+            std::hint::black_box(deadline::remaining());
         },
         other => Err(Error::invalid_config(format!(
             "unknown probe.then {other:?}"
@@ -82,32 +193,47 @@ fn run(request: &Request) -> Result<(), Error> {
 
 impl IpamModule for ProbeModule {
     fn add(request: &Request) -> Result<IpamResult, Error> {
-        run(request)?;
-        Ok(IpamResult {
-            ips: vec![IpConfig {
+        let probe = run(request)?;
+        let ips = match probe.result_ips {
+            None => vec![IpConfig {
                 address: "10.99.0.2/24".into(),
                 gateway: Some("10.99.0.1".into()),
             }],
-            routes: vec![],
+            Some(n) => (0..n)
+                .map(|i| IpConfig {
+                    address: format!("10.{}.{}.{}/8", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+                    gateway: Some("10.99.0.1".into()),
+                })
+                .collect(),
+        };
+        let routes = (0..probe.result_routes)
+            .map(|i| Route {
+                dst: format!("192.168.{}.0/24", i & 255),
+                gw: None,
+            })
+            .collect();
+        Ok(IpamResult {
+            ips,
+            routes,
             dns: Dns {
-                nameservers: vec![],
+                nameservers: probe.nameservers,
                 domain: None,
-                search: vec![],
-                options: vec![],
+                search: probe.search,
+                options: probe.options,
             },
         })
     }
     fn del(request: &Request) -> Result<(), Error> {
-        run(request)
+        run(request).map(drop)
     }
     fn check(request: &Request) -> Result<(), Error> {
-        run(request)
+        run(request).map(drop)
     }
     fn gc(request: &Request, _valid: &[Attachment]) -> Result<(), Error> {
-        run(request)
+        run(request).map(drop)
     }
     fn status(request: &Request) -> Result<(), Error> {
-        run(request)
+        run(request).map(drop)
     }
 }
 

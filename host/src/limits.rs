@@ -1,0 +1,106 @@
+//! Every resource limit of one call, in one place: what a module can make the node
+//! spend — memory (its own and the host's on its behalf), disk, lock time, compile
+//! time — is bounded per call, and each bound has a documented default and, where an
+//! operator may need to change it, a netconf key. README and SECURITY.md list them.
+
+use std::time::Duration;
+
+/// The limits an operator may set in the netconf (`ipam.<key>`), defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `memoryLimitMiB`: all linear memories and tables of the module's instances,
+    /// summed.
+    pub guest_memory: usize,
+    /// `hostMemoryLimitMiB`: what the host holds for the module: its staged writes as
+    /// stored (see [`STAGED_ENTRY_OVERHEAD`]); and, separately, each transfer from it
+    /// (one host call's arguments, the handler's result or error) and each
+    /// `list-prefix` answer.
+    pub host_memory: usize,
+    /// `logLimitKiB`: log bytes one call may write for the module (its `log` messages
+    /// and captured stdout/stderr); later messages are dropped and counted.
+    pub log_bytes: usize,
+    /// `storeQuotaEntries`: entries one network may hold in the store.
+    pub store_entries: u64,
+    /// `storeQuotaMiB`: key and value bytes one network may hold in the store.
+    pub store_bytes: u64,
+    /// `moduleMaxMiB`: the largest module file the host reads.
+    pub module_bytes: u64,
+    /// `compileTimeoutSeconds`: wall time to compile a module that is not cached.
+    pub compile_time: Duration,
+    /// `compileMemoryMiB`: data memory the compiler process may use.
+    pub compile_memory: u64,
+}
+
+pub const MIB: u64 = 1 << 20;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            guest_memory: 64 << 20,
+            host_memory: 32 << 20,
+            log_bytes: 256 << 10,
+            store_entries: 1_000_000,
+            store_bytes: 256 * MIB,
+            module_bytes: 16 * MIB,
+            compile_time: Duration::from_secs(30),
+            compile_memory: 1024 * MIB,
+        }
+    }
+}
+
+/// Fixed limits: no host-local-like module comes near them, and raising them would
+/// only let a module cost more.
+///
+/// Core instances one call's component may create (a Rust module has about five).
+pub const MAX_INSTANCES: usize = 32;
+/// Linear memories across those instances.
+pub const MAX_MEMORIES: usize = 8;
+/// Tables across those instances.
+pub const MAX_TABLES: usize = 16;
+/// Bytes a table element costs the host (wasmtime stores a pointer per element).
+pub const TABLE_ELEMENT_BYTES: usize = 8;
+/// Host bytes a staged entry costs beyond its key and value: the map node's share and
+/// the allocations' headers (measured at ~100 B; rounded up).
+pub const STAGED_ENTRY_OVERHEAD: usize = 128;
+/// Host bytes a `list-prefix` answer's entry costs beyond its key and value.
+pub const LISTED_ENTRY_OVERHEAD: usize = 64;
+pub const MAX_KEY_BYTES: usize = 1024;
+pub const MAX_VALUE_BYTES: usize = 64 << 10;
+
+/// A module error's `msg` and `details` are cut to these on stdout and in the log.
+pub const MAX_ERROR_MSG_BYTES: usize = 1024;
+pub const MAX_ERROR_DETAILS_BYTES: usize = 4096;
+
+/// What a result may hold; more is code 106.
+pub const MAX_RESULT_IPS: usize = 64;
+pub const MAX_RESULT_ROUTES: usize = 1024;
+pub const MAX_DNS_NAMESERVERS: usize = 16;
+pub const MAX_DNS_SEARCH: usize = 64;
+pub const MAX_DNS_OPTIONS: usize = 64;
+
+/// After the deadline the host only finishes a durable sync that started before it,
+/// drops the instance and releases the lock; documented as the slack on lock time.
+pub const LOCK_SLACK: Duration = Duration::from_secs(1);
+
+/// `text` cut to at most `max` bytes on a character boundary, saying how much was cut.
+pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes cut]", &text[..end], text.len() - end).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_characters_whole_and_says_so() {
+        assert_eq!(truncated("short", 10), "short");
+        assert_eq!(truncated("ééé", 3), "é… [4 bytes cut]");
+    }
+}
