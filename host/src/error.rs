@@ -61,3 +61,35 @@ impl fmt::Display for CniError {
 }
 
 impl std::error::Error for CniError {}
+
+#[cfg(test)]
+mod tests {
+    use super::code;
+    use std::path::Path;
+
+    fn read(relative: &str) -> String {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        std::fs::read_to_string(root.join(relative)).unwrap()
+    }
+
+    /// The code table is defined once, in `codes/`; the README's table and the WIT
+    /// docs must name every code in it, so neither drifts.
+    #[test]
+    fn readme_and_wit_docs_list_every_code() {
+        let readme = read("README.md");
+        let wit = read("wit/ipam.wit");
+        for (number, name) in code::NAMED {
+            let row = format!("| {number} | `{name}` |");
+            assert!(readme.contains(&row), "README lacks the row {row}");
+            if *number >= 100 {
+                let words = name.to_lowercase().replace('_', " ");
+                let entry = format!("{number} {words}");
+                let prose: Vec<&str> = wit.split_whitespace().filter(|w| *w != "///").collect();
+                assert!(
+                    prose.join(" ").contains(&entry),
+                    "wit/ipam.wit lacks {entry:?}"
+                );
+            }
+        }
+    }
+}

@@ -78,10 +78,6 @@ pub const MAX_DNS_NAMESERVERS: usize = 16;
 pub const MAX_DNS_SEARCH: usize = 64;
 pub const MAX_DNS_OPTIONS: usize = 64;
 
-/// After the deadline the host only finishes a durable sync that started before it,
-/// drops the instance and releases the lock; documented as the slack on lock time.
-pub const LOCK_SLACK: Duration = Duration::from_secs(1);
-
 /// `text` cut to at most `max` bytes on a character boundary, saying how much was cut.
 pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
@@ -97,6 +93,56 @@ pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read(relative: &str) -> String {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap();
+        std::fs::read_to_string(root.join(relative)).unwrap()
+    }
+
+    /// README's netconf table and SECURITY.md's limits table give each key's default
+    /// as this file sets it.
+    #[test]
+    fn docs_give_every_limit_its_default() {
+        let d = Limits::default();
+        let mib = |bytes: u64| bytes >> 20;
+        let keys = [
+            ("memoryLimitMiB", mib(d.guest_memory as u64), "MiB"),
+            ("hostMemoryLimitMiB", mib(d.host_memory as u64), "MiB"),
+            ("logLimitKiB", d.log_bytes as u64 >> 10, "KiB"),
+            ("storeQuotaEntries", d.store_entries, ""),
+            ("storeQuotaMiB", mib(d.store_bytes), "MiB"),
+            ("moduleMaxMiB", mib(d.module_bytes), "MiB"),
+            ("compileTimeoutSeconds", d.compile_time.as_secs(), "s"),
+            ("compileMemoryMiB", mib(d.compile_memory), "MiB"),
+        ];
+        let readme = read("README.md");
+        let security = read("SECURITY.md");
+        for (key, default, unit) in keys {
+            let row = format!("| `{key}` | `{default}` |");
+            assert!(readme.contains(&row), "README lacks {row}");
+            let shown = if unit.is_empty() {
+                // 1000000 is written 1,000,000.
+                default
+                    .to_string()
+                    .as_bytes()
+                    .rchunks(3)
+                    .rev()
+                    .map(|c| std::str::from_utf8(c).unwrap())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                format!("{default} {unit}")
+            };
+            assert!(
+                security
+                    .lines()
+                    .any(|l| l.contains(&format!("`{key}`")) && l.contains(&shown)),
+                "SECURITY.md has no row for {key} with {shown}"
+            );
+        }
+    }
 
     #[test]
     fn truncation_keeps_characters_whole_and_says_so() {

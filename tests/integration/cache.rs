@@ -206,6 +206,46 @@ fn concurrent_first_use_compiles_once_and_leaves_one_sound_artifact() {
     );
 }
 
+/// A call waiting for another call's compile of the same module gives up after twice
+/// the compile time plus 5 s, with "try again later".
+#[test]
+fn waiting_on_another_calls_compile_is_bounded() {
+    let node = Node::new();
+    // Learn the compile lock's name from one cache...
+    let first = node.dir.path().join("first");
+    Call::new("DEL", "c0")
+        .run(&conf_with_cache(&node, &first))
+        .ok();
+    let lock_name = std::fs::read_dir(&first)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .find(|n| n.to_string_lossy().ends_with(".lock"))
+        .expect("a compile lock file");
+    // ...and hold it in a fresh one, as a call that is compiling there would.
+    let second = node.dir.path().join("second");
+    std::fs::create_dir(&second).unwrap();
+    std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let holder = std::fs::File::create(second.join(lock_name)).unwrap();
+    holder.lock().unwrap();
+    let mut conf = conf_with_cache(&node, &second);
+    conf["ipam"]["compileTimeoutSeconds"] = 0.5.into();
+    let (reply, measured) = Call::new("DEL", "c1").run_measured(&conf);
+    assert_eq!(reply.error_code(), 11, "{reply:?}");
+    assert!(
+        reply.msg().contains("waiting to compile"),
+        "{}",
+        reply.msg()
+    );
+    assert!(
+        measured.wall >= std::time::Duration::from_secs(6),
+        "{measured:?}"
+    );
+    assert!(
+        measured.wall < std::time::Duration::from_secs(60),
+        "{measured:?}"
+    );
+}
+
 #[test]
 fn precompile_fills_the_cache_ahead_of_time() {
     let node = Node::new();

@@ -202,6 +202,24 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
     );
 }
 
+#[test]
+fn oversized_keys_and_values_are_refused_by_the_store() {
+    let (node, before) = node_with_state();
+    let long_key = format!("{}=v", "k".repeat(1025));
+    let conf = probe_conf(&node, json!({"probe": {"write": [long_key]}}));
+    let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 120);
+    assert!(details(&reply).contains("key of 1025 bytes"), "{reply:?}");
+    let conf = probe_conf(
+        &node,
+        json!({"probe": {"floodEntries": 1, "floodValueBytes": 65_537}}),
+    );
+    let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 120);
+    assert!(
+        details(&reply).contains("value of 65537 bytes"),
+        "{reply:?}"
+    );
+}
+
 // ---- lock time: the commit is bounded by the deadline ----
 
 /// A module that stages as much as it may and answers ok just before its deadline:
@@ -249,11 +267,12 @@ fn a_log_flood_is_cut_at_the_log_budget_and_counted() {
     let log_before = std::fs::metadata(node.log_file()).unwrap().len();
     let conf = probe_conf(
         &node,
-        json!({"probe": {"logMessages": 100_000, "logBytes": 1000}}),
+        json!({"probe": {"logMessages": 100_000, "logBytes": 1000, "print": "p".repeat(60 << 10)}}),
     );
     Call::new("DEL", "chatty").run(&conf).ok();
     let grown = std::fs::metadata(node.log_file()).unwrap().len() - log_before;
-    // 256 KiB of budget, plus each kept line's JSON and the call's own lines.
+    // 256 KiB of budget (the printed 60 KiB goes to the log within the same budget),
+    // plus the call's own lines.
     assert!(grown < 512 << 10, "log grew {grown} bytes");
     let line = node.log_lines("invocation").pop().unwrap();
     let dropped = line["guest_log_dropped"].as_u64().unwrap();
