@@ -28,7 +28,7 @@ pub struct HostIpamConfig {
     /// How long to wait for the lock before answering "try again later".
     pub lock_timeout: Option<Duration>,
     pub data_dir: PathBuf,
-    /// Where compiled modules are cached (see [`crate::cache`]).
+    /// Where compiled modules are cached (see [`crate::module::cache`]).
     pub cache_dir: PathBuf,
     pub log_file: Option<PathBuf>,
     /// The call's resource limits (see [`crate::limits`]).

@@ -1,25 +1,18 @@
 //! wasm-ipam: a CNI IPAM plugin that runs IPAM logic as sandboxed WebAssembly
 //! components under a host-owned lock and a deadline that starts only at the grant.
 //!
-//! [`plugin::handle`] is one CNI call; each other module answers one question.
+//! [`call::handle`] is one CNI call. The folders group by question: `call` (one call,
+//! in order, and what may come back), `module` (loading, compiling and running a
+//! module, and what it can reach), `lock` (the fair host-wide lock), `operator` (the
+//! operators' commands); each file beside them answers one question of its own.
 
-mod answer;
-mod bindings;
-pub mod cache;
-pub mod cli;
+pub mod call;
 pub mod cni;
-pub mod compile;
 pub mod config;
-pub mod deadline;
-pub mod engine;
 pub mod error;
-mod host;
-pub mod import;
-pub mod inventory;
 pub mod limits;
 pub mod lock;
 pub mod logging;
-pub mod metrics;
-pub mod plugin;
-pub mod queue;
+pub mod module;
+pub mod operator;
 pub mod store;

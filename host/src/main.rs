@@ -1,7 +1,7 @@
 //! The `wasm-ipam` binary. Run by a container runtime it is a CNI plugin: the call
 //! arrives as CNI_* environment variables and a netconf on stdin, and the answer is
 //! JSON on stdout plus the exit code. Run with arguments, it serves operators; run as
-//! `compile-worker`, it is its own bounded compiler child (see `compile`).
+//! `compile-worker`, it is its own bounded compiler child (see `module::compile`).
 
 use clap::Parser;
 use std::io::{Read, Write};
@@ -9,18 +9,20 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(wasm_ipam::compile::WORKER_COMMAND))
+        == Some(std::ffi::OsStr::new(
+            wasm_ipam::module::compile::WORKER_COMMAND,
+        ))
     {
-        return wasm_ipam::compile::worker();
+        return wasm_ipam::module::compile::worker();
     }
     if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
-        return operator(wasm_ipam::cli::Cli::parse());
+        return operator(wasm_ipam::operator::cli::Cli::parse());
     }
     let mut stdin = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
         eprintln!("wasm-ipam: cannot read stdin: {e}");
     }
-    let reply = wasm_ipam::plugin::handle(|name| std::env::var(name).ok(), &stdin);
+    let reply = wasm_ipam::call::handle(|name| std::env::var(name).ok(), &stdin);
     let (json, status) = match reply.outcome {
         Ok(Some(json)) => (Some(json), ExitCode::SUCCESS),
         Ok(None) => (None, ExitCode::SUCCESS),
@@ -32,8 +34,8 @@ fn main() -> ExitCode {
     status
 }
 
-fn operator(cli: wasm_ipam::cli::Cli) -> ExitCode {
-    match wasm_ipam::cli::run(cli) {
+fn operator(cli: wasm_ipam::operator::cli::Cli) -> ExitCode {
+    match wasm_ipam::operator::cli::run(cli) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS

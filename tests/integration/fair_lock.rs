@@ -53,7 +53,7 @@ fn lock_is_granted_in_arrival_order_without_barging() {
     let node = Node::new();
     let conf = node.netconf("1.0.0", &probe_module(), json!({"probe": {"spinMs": 5}}));
     // The test takes the first place in the queue but not the flock.
-    let first = wasm_ipam::queue::Ticket::take(&queue_dir(&node)).unwrap();
+    let first = wasm_ipam::lock::queue::Ticket::take(&queue_dir(&node)).unwrap();
     let ids: Vec<String> = (0..6).map(|i| format!("ctr{i}")).collect();
     let mut children = Vec::new();
     for (i, id) in ids.iter().enumerate() {

@@ -10,9 +10,9 @@
 //! the first compiles, then loads its artifact. A module refused for its limits is
 //! remembered there too, so the herd does not compile it again one by one.
 
-use crate::cache::{ModuleCache, Refusal};
 use crate::error::{CniError, code};
 use crate::limits::Limits;
+use crate::module::cache::{ModuleCache, Refusal};
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
@@ -252,7 +252,7 @@ pub fn worker() -> ExitCode {
         eprintln!("cannot read the module: {e}");
         return ExitCode::FAILURE;
     }
-    let engine = match crate::engine::engine() {
+    let engine = match crate::module::engine::engine() {
         Ok(engine) => engine,
         Err(e) => {
             eprintln!("{e}");

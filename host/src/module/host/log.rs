@@ -4,9 +4,9 @@
 //! cannot fill the node's disk.
 
 use super::DeadlineExceeded;
-use crate::bindings::log::{Host, Level};
-use crate::deadline::Deadline;
+use crate::call::deadline::Deadline;
 use crate::limits::truncated;
+use crate::module::bindings::log::{Host, Level};
 
 /// Largest message kept; longer ones are cut.
 const MAX_MESSAGE_BYTES: usize = 4096;

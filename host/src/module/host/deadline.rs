@@ -1,7 +1,7 @@
 //! `cni:ipam/deadline`: the budget as the guest sees it, counted from the lock grant.
 
-use crate::bindings::deadline::Host;
-use crate::deadline::Deadline;
+use crate::call::deadline::Deadline;
+use crate::module::bindings::deadline::Host;
 
 fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)

@@ -3,13 +3,13 @@
 //! and text of bounded length. A module is a stranger's code; its answer reaches the
 //! runtime only through here.
 
-use crate::bindings::types;
 use crate::cni::{self, IpamResult};
 use crate::error::{CniError, code};
 use crate::limits::{
     MAX_DNS_NAMESERVERS, MAX_DNS_OPTIONS, MAX_DNS_SEARCH, MAX_ERROR_DETAILS_BYTES,
     MAX_ERROR_MSG_BYTES, MAX_RESULT_IPS, MAX_RESULT_ROUTES, truncated,
 };
+use crate::module::bindings::types;
 use ipnet::IpNet;
 use std::net::IpAddr;
 

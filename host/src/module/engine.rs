@@ -4,21 +4,21 @@
 //! Loading reads, digests, compiles and links the component, so a module that is
 //! corrupt, pinned to another digest or imports what the host does not provide is
 //! refused before anything waits for or holds the lock. Reading is bounded (a regular
-//! file no larger than `moduleMaxMiB`) and compiling is too (see [`crate::compile`]).
+//! file no larger than `moduleMaxMiB`) and compiling is too (see [`crate::module::compile`]).
 //!
 //! A call is bounded by its [`Limits`]: the guest's memories and tables are summed by
 //! the store's limiter, and every transfer from the guest to the host (a host call's
 //! arguments, the handler's result or error) is bounded by wasmtime's hostcall fuel,
 //! set to `hostMemoryLimitMiB`, before the host copies it.
 
-use crate::bindings::{self, IpamModulePre, types};
-use crate::cache::{ModuleCache, hex};
-use crate::deadline::Deadline;
+use crate::call::deadline::Deadline;
 use crate::error::{CniError, code};
-use crate::host::{DeadlineExceeded, GuestState, LimitExceeded};
 use crate::limits::{
     Limits, MAX_ERROR_DETAILS_BYTES, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, truncated,
 };
+use crate::module::bindings::{self, IpamModulePre, types};
+use crate::module::cache::{ModuleCache, hex};
+use crate::module::host::{DeadlineExceeded, GuestState, LimitExceeded};
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::io::Read;
@@ -126,7 +126,7 @@ impl ModuleHost {
             CniError::new(code::MODULE_REJECTED, msg).with_details(format!("{e:#}"))
         };
         let (component, from_cache) =
-            crate::compile::compiled(&self.engine, &bytes, &sha256, path, cache, limits)?;
+            crate::module::compile::compiled(&self.engine, &bytes, &sha256, path, cache, limits)?;
         let unsupported: Vec<String> = component
             .component_type()
             .imports(&self.engine)
@@ -227,7 +227,7 @@ impl ModuleHost {
         });
         let state = store.into_data();
         let result = match outcome {
-            Ok(Ok(answer)) => answer.map_err(crate::answer::module_error),
+            Ok(Ok(answer)) => answer.map_err(crate::call::answer::module_error),
             Ok(Err(trap)) => Err(trap_error(&trap, &state, deadline, transfer_limit)),
             Err(_elapsed) => Err(deadline_error(deadline)),
         };

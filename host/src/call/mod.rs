@@ -1,17 +1,21 @@
-//! One CNI call from start to finish, in the order that is the point of wasm-ipam.
+//! One CNI call from start to finish, in the order that is the point of wasm-ipam:
+//! here the pipeline, in `deadline` the budget that starts at the grant, in `answer`
+//! the checks on what a module returns.
 
-use crate::answer;
-use crate::bindings::types;
-use crate::cache::ModuleCache;
+pub(crate) mod answer;
+pub mod deadline;
+
 use crate::cni::{self, Command, Invocation, IpamResult};
 use crate::config::{self, NetConf};
-use crate::deadline::Deadline;
-use crate::engine::{Call, LoadedModule, ModuleHost};
 use crate::error::CniError;
-use crate::host::{GuestLog, GuestState, GuestStore};
 use crate::lock;
 use crate::logging;
+use crate::module::bindings::types;
+use crate::module::cache::ModuleCache;
+use crate::module::engine::{Call, LoadedModule, ModuleHost};
+use crate::module::host::{GuestLog, GuestState, GuestStore};
 use crate::store::{Quota, Store};
+use deadline::Deadline;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

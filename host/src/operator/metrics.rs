@@ -2,7 +2,7 @@
 //! how long calls waited for the lock, held it and used of their budget — as a table
 //! or in Prometheus text format (for node_exporter's textfile collector).
 
-use crate::inventory::NetworkStats;
+use crate::operator::inventory::NetworkStats;
 use serde::Deserialize;
 use std::fmt::Write;
 

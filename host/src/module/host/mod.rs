@@ -8,9 +8,9 @@ mod store;
 pub use log::GuestLog;
 pub use store::GuestStore;
 
-use crate::bindings::log::Level;
-use crate::deadline::Deadline;
+use crate::call::deadline::Deadline;
 use crate::limits::{Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};
+use crate::module::bindings::log::Level;
 use std::fmt;
 use std::time::Duration;
 use wasmtime::ResourceLimiter;

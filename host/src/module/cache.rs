@@ -11,7 +11,7 @@
 //!   calls never see a partial file, and a corrupt one is recompiled, never loaded;
 //! - one `<key>.lock` per artifact serialises compiling it across processes, and a
 //!   `<key>.refused` file remembers a module the compiler refused, with the limits it
-//!   was refused under (see [`crate::compile`]).
+//!   was refused under (see [`crate::module::compile`]).
 
 use crate::error::CniError;
 use crate::limits::Limits;

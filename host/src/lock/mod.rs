@@ -1,13 +1,15 @@
 //! The host-wide IPAM lock: flock(2) on one file, like Calico's, so every wasm-ipam
 //! call on the node (and any other tool that flocks the same file) is serialised.
-//! wasm-ipam calls first queue in arrival order ([`crate::queue`]), so the lock is
+//! wasm-ipam calls first queue in arrival order ([`queue`]), so the lock is
 //! granted first come, first served rather than in flock's arbitrary order.
 //!
 //! The grant instant is recorded in the guard, because the deadline must start there
-//! and nowhere earlier (see [`crate::deadline::Deadline::from_grant`]).
+//! and nowhere earlier (see [`crate::call::deadline::Deadline::from_grant`]).
+
+pub mod queue;
 
 use crate::error::{CniError, code};
-use crate::queue::Ticket;
+use queue::Ticket;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

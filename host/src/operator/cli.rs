@@ -1,13 +1,14 @@
 //! Operator commands (`wasm-ipam list`, `stats`, `import-host-local`). They take the
 //! same host-wide lock as CNI calls, so they see and write a consistent store.
 
-use crate::cache::ModuleCache;
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
-use crate::engine::ModuleHost;
 use crate::error::CniError;
 use crate::limits::Limits;
+use crate::lock;
+use crate::module::cache::ModuleCache;
+use crate::module::engine::ModuleHost;
+use crate::operator::{import, inventory, metrics};
 use crate::store::Store;
-use crate::{import, inventory, lock, metrics};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

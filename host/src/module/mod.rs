@@ -1,0 +1,9 @@
+//! A module, from file to running instance: reading and compiling it (bounded, once per
+//! digest, cached), and running one handler call in it with only the interfaces the
+//! host provides (`host/`, one file per WIT interface).
+
+pub(crate) mod bindings;
+pub mod cache;
+pub mod compile;
+pub mod engine;
+pub(crate) mod host;
