@@ -82,15 +82,18 @@ pub struct Attachment {
     pub ifname: String,
 }
 
-/// The `cniVersion` of `stdin`, as skel reads it before anything else: absent means
+/// The netconf on stdin as JSON, decoded once per call.
+pub fn decode(stdin: &[u8]) -> Result<Value, CniError> {
+    serde_json::from_slice(stdin).map_err(decode_error)
+}
+
+/// The netconf's `cniVersion`, as skel reads it before anything else: absent means
 /// "0.1.0", which nothing here supports.
-pub fn cni_version_of(stdin: &[u8]) -> Result<String, CniError> {
-    let json: Value = serde_json::from_slice(stdin).map_err(decode_error)?;
-    Ok(json
-        .get("cniVersion")
+pub fn cni_version_of(json: &Value) -> String {
+    json.get("cniVersion")
         .and_then(Value::as_str)
         .unwrap_or("0.1.0")
-        .to_string())
+        .to_string()
 }
 
 fn decode_error(e: serde_json::Error) -> CniError {
@@ -109,8 +112,13 @@ fn positive_seconds(key: &str, value: f64) -> Result<Duration, CniError> {
 }
 
 impl NetConf {
+    /// Decodes and validates `stdin`.
     pub fn parse(stdin: &[u8]) -> Result<Self, CniError> {
-        let json: Value = serde_json::from_slice(stdin).map_err(decode_error)?;
+        Self::from_json(decode(stdin)?, stdin)
+    }
+
+    /// Validates the netconf `json`, decoded from `stdin` (kept verbatim for the module).
+    pub fn from_json(json: Value, stdin: &[u8]) -> Result<Self, CniError> {
         let text = |key: &str| -> Result<String, CniError> {
             match json.get(key) {
                 Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),

@@ -28,16 +28,16 @@ pub struct Reply {
 
 /// Handles one invocation: `env` looks up the CNI_* variables, `stdin` is the netconf.
 pub fn handle(env: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Reply {
-    let declared = config::cni_version_of(stdin);
-    let cni_version = declared
+    let json = config::decode(stdin);
+    let cni_version = json
         .as_ref()
         .ok()
+        .map(config::cni_version_of)
         .filter(|v| cni::SUPPORTED_VERSIONS.contains(&v.as_str()))
-        .cloned()
         .unwrap_or_else(|| cni::CURRENT_VERSION.to_string());
     Reply {
         cni_version,
-        outcome: Invocation::from_env(env).and_then(|invocation| run(&invocation, declared, stdin)),
+        outcome: Invocation::from_env(env).and_then(|invocation| run(&invocation, json, stdin)),
     }
 }
 
@@ -60,18 +60,19 @@ struct Timings {
     budget_used: Duration,
 }
 
-/// `declared` is the netconf's `cniVersion` as [`handle`] decoded it; VERSION needs
-/// no netconf, so only the other commands fail on a netconf that does not decode.
+/// `json` is the netconf as [`handle`] decoded it, once; VERSION needs no netconf, so
+/// only the other commands fail on a netconf that does not decode.
 fn run(
     invocation: &Invocation,
-    declared: Result<String, CniError>,
+    json: Result<Value, CniError>,
     stdin: &[u8],
 ) -> Result<Option<Value>, CniError> {
     if invocation.command == Command::Version {
         return Ok(Some(cni::version_info()));
     }
-    cni::check_version(invocation.command, &declared?)?;
-    let conf = NetConf::parse(stdin)?;
+    let json = json?;
+    cni::check_version(invocation.command, &config::cni_version_of(&json))?;
+    let conf = NetConf::from_json(json, stdin)?;
     let module_config = conf.module_config()?;
     let call = match invocation.command {
         Command::Add => Call::Add,
@@ -120,7 +121,7 @@ fn locked_call(
         Ok(module) => module,
         Err(e) => return (Err(e), report),
     };
-    report.from_cache = module.from_cache;
+    report.from_cache = module.module.from_cache;
     let lock = match lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout) {
         Ok(lock) => lock,
         Err(e) => return (Err(e), report),
@@ -152,17 +153,13 @@ fn load(conf: &NetConf) -> Result<Loaded, CniError> {
         cache.as_ref(),
         &conf.ipam.limits,
     )?;
-    Ok(Loaded {
-        from_cache: module.from_cache,
-        host,
-        module,
-    })
+    Ok(Loaded { host, module })
 }
 
+/// The engine and the module it compiled, ready to instantiate under the lock.
 struct Loaded {
     host: ModuleHost,
     module: LoadedModule,
-    from_cache: bool,
 }
 
 /// What the guest's run measured, for the log line.
