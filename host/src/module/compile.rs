@@ -161,10 +161,12 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
     else {
         unreachable!("all three streams are piped");
     };
-    // The worker reads all of its input before it writes, so writing first is safe; a
-    // worker that dies early closes the pipe and the write fails, which is fine.
-    let _ = stdin.write_all(module);
-    drop(stdin);
+    // Feed the module on its own thread, so a worker that never reads cannot hold this
+    // call past the compile time; one that dies early fails the write, which is fine.
+    let input = module.to_vec();
+    std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
     let (done, finished) = mpsc::channel();
     std::thread::spawn(move || {
         let mut artifact = Vec::new();
