@@ -5,10 +5,18 @@
 //! - the key is the module's sha256 plus the engine's compatibility hash (wasmtime
 //!   version and settings), so an upgrade or config change never loads a stale one;
 //! - the directory must be owned by the running user and writable by nobody else,
-//!   otherwise the cache is refused (the caller compiles instead);
-//! - each artifact file starts with its own sha256 (one hex line), checked before every
-//!   load, and is written to a temporary file and renamed into place: concurrent first
-//!   calls never see a partial file, and a corrupt one is recompiled, never loaded;
+//!   otherwise the cache is refused (the caller compiles instead); so must each
+//!   artifact file;
+//! - each artifact has a `<key>.sum` beside it: its sha256 and the file identity
+//!   (device, inode, size, mtime, ctime) at which that digest was last checked. An
+//!   artifact whose identity matches is loaded by mapping the file, without reading
+//!   or hashing it; any other is hashed first, and never loaded if the digest differs.
+//!   An identity recorded within [`RACY_WINDOW`] of its own ctime is not trusted (a
+//!   write in the same clock tick would not change it), so a new artifact is hashed
+//!   until it is older than that;
+//! - artifacts are written to a temporary file and renamed into place: concurrent
+//!   first calls never see a partial file, and a corrupt one is recompiled, never
+//!   loaded;
 //! - one `<key>.lock` per artifact serialises compiling it across processes, and a
 //!   `<key>.refused` file remembers a module the compiler refused, with the limits it
 //!   was refused under (see [`crate::module::compile`]).
@@ -20,7 +28,7 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
@@ -185,38 +193,94 @@ impl ModuleCache {
         write_atomically(&self.path(engine, module_sha256, "refused"), &json)
     }
 
+    /// Where the digest of the module at `module_path` is recorded.
+    fn module_sum_path(&self, module_path: &Path) -> PathBuf {
+        let key = hex(&Sha256::digest(module_path.as_os_str().as_encoded_bytes()));
+        self.dir.join(format!("module-{}.sum", &key[..32]))
+    }
+
+    /// The sha256 of the module file at `module_path`, if it was recorded for a file of
+    /// exactly this identity (and early enough to vouch for it).
+    pub fn module_digest(&self, module_path: &Path, identity: &FileIdentity) -> Option<String> {
+        let text = fs::read_to_string(self.module_sum_path(module_path)).ok()?;
+        let sum = Sum::parse(&text)?;
+        sum.vouches_for(identity).then_some(sum.sha256)
+    }
+
+    /// Records the module file's sha256 for its identity, once that record can vouch
+    /// for later calls (past [`RACY_WINDOW`] after the file last changed).
+    pub fn record_module_digest(
+        &self,
+        module_path: &Path,
+        identity: FileIdentity,
+        sha256: &str,
+    ) -> Result<(), CacheError> {
+        let sum = Sum::checked_now(sha256.to_string(), identity);
+        if !sum.vouches_for(&identity) {
+            return Ok(());
+        }
+        write_atomically(
+            &self.module_sum_path(module_path),
+            sum.to_string().as_bytes(),
+        )
+    }
+
     /// The cached component, if a sound artifact is there. `Err` means one is there
-    /// but must not be loaded (corrupt, digest mismatch, or wasmtime refused it).
+    /// but must not be loaded (not ours, digest mismatch, or wasmtime refused it).
     pub fn load(
         &self,
         engine: &Engine,
         module_sha256: &str,
     ) -> Result<Option<Component>, CacheError> {
         let path = self.artifact_path(engine, module_sha256);
-        let file = match fs::read(&path) {
-            Ok(bytes) => bytes,
+        let fail = |what: String| CacheError(format!("artifact {}: {what}", path.display()));
+        let file = match fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(CacheError(format!("cannot read {}: {e}", path.display()))),
+            Err(e) => return Err(fail(format!("cannot open: {e}"))),
         };
-        let (recorded, artifact) = split_artifact(&file).ok_or_else(|| {
-            CacheError(format!(
-                "artifact {} has no digest header; not loading it",
-                path.display()
-            ))
-        })?;
-        let actual = hex(&Sha256::digest(artifact));
-        if recorded != actual {
-            return Err(CacheError(format!(
-                "artifact {} has sha256 {actual}, its header says {recorded}; not loading it",
-                path.display()
-            )));
+        let meta = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot inspect: {e}")))?;
+        check_owned(&meta).map_err(|why| fail(format!("{why}; not loading it")))?;
+        let identity = FileIdentity::of(&meta);
+        let sum_path = self.path(engine, module_sha256, "sum");
+        let sum = fs::read_to_string(&sum_path)
+            .ok()
+            .and_then(|text| Sum::parse(&text))
+            .ok_or_else(|| fail("has no recorded digest; not loading it".into()))?;
+        if !sum.vouches_for(&identity) {
+            let mut bytes = Vec::with_capacity(meta.len() as usize);
+            (&file)
+                .read_to_end(&mut bytes)
+                .map_err(|e| fail(format!("cannot read: {e}")))?;
+            let actual = hex(&Sha256::digest(&bytes));
+            if actual != sum.sha256 {
+                return Err(fail(format!(
+                    "has sha256 {actual}, its recorded digest is {}; not loading it",
+                    sum.sha256
+                )));
+            }
+            // Record the check once it can vouch for later calls (past the racy window).
+            let checked = Sum::checked_now(actual, identity);
+            if checked.vouches_for(&identity)
+                && let Err(e) = write_atomically(&sum_path, checked.to_string().as_bytes())
+            {
+                tracing::warn!(target: "cache", "{e}");
+            }
         }
-        // SAFETY: the bytes are an artifact this program serialised with an engine of
-        // the same compatibility hash, in a directory only this user can write, and
-        // they match the digest recorded when they were written.
-        unsafe { Component::deserialize(engine, artifact) }
+        // SAFETY: the file is an artifact this program serialised with an engine of
+        // the same compatibility hash, owned by this user in a directory only this user
+        // can write, and its contents are those whose digest was checked (its identity
+        // is unchanged since). Artifacts are replaced by rename, never rewritten in
+        // place, so the mapping stays valid.
+        unsafe { Component::deserialize_file(engine, &path) }
             .map(Some)
-            .map_err(|e| CacheError(format!("wasmtime refused artifact {}: {e}", path.display())))
+            .map_err(|e| fail(format!("wasmtime refused it: {e}")))
     }
 
     /// Stores `component`'s artifact, headed by its sha256, atomically.
@@ -232,16 +296,22 @@ impl ModuleCache {
         self.store_artifact(engine, module_sha256, &artifact)
     }
 
-    /// Stores a serialised artifact, headed by its sha256, atomically.
+    /// Stores a serialised artifact atomically, and its digest beside it.
     pub fn store_artifact(
         &self,
         engine: &Engine,
         module_sha256: &str,
         artifact: &[u8],
     ) -> Result<(), CacheError> {
-        let mut file = format!("{}\n", hex(&Sha256::digest(artifact))).into_bytes();
-        file.extend_from_slice(artifact);
-        write_atomically(&self.artifact_path(engine, module_sha256), &file)?;
+        let path = self.artifact_path(engine, module_sha256);
+        write_atomically(&path, artifact)?;
+        let meta = fs::symlink_metadata(&path)
+            .map_err(|e| CacheError(format!("cannot inspect {}: {e}", path.display())))?;
+        let sum = Sum::checked_now(hex(&Sha256::digest(artifact)), FileIdentity::of(&meta));
+        write_atomically(
+            &self.path(engine, module_sha256, "sum"),
+            sum.to_string().as_bytes(),
+        )?;
         let _ = fs::remove_file(self.path(engine, module_sha256, "refused"));
         Ok(())
     }
@@ -294,12 +364,114 @@ impl From<RecordedRefusal> for Refusal {
     }
 }
 
-/// Splits an artifact file into its recorded digest and the artifact bytes.
-fn split_artifact(file: &[u8]) -> Option<(&str, &[u8])> {
-    const HEADER: usize = 64 + 1;
-    let header = file.get(..HEADER)?;
-    let digest = std::str::from_utf8(&header[..64]).ok()?;
-    (header[64] == b'\n').then_some((digest, &file[HEADER..]))
+/// How close to its own ctime an identity may be recorded and still be trusted:
+/// file times advance in clock ticks, so a write within the same tick as the check
+/// would leave the identity unchanged. Two seconds covers every tick Linux uses.
+pub const RACY_WINDOW: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What identifies a file's contents without reading them: a rewrite changes the
+/// size, the mtime or the ctime (which only the kernel sets); a replacement changes
+/// the inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl FileIdentity {
+    pub fn of(meta: &fs::Metadata) -> Self {
+        let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+        FileIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+/// A `.sum` file: an artifact's sha256, the identity it had when that was checked, and
+/// when that was (wall clock, ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Sum {
+    sha256: String,
+    identity: FileIdentity,
+    checked_ns: i128,
+}
+
+impl Sum {
+    fn checked_now(sha256: String, identity: FileIdentity) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Sum {
+            sha256,
+            identity,
+            checked_ns: now.as_nanos() as i128,
+        }
+    }
+
+    /// Whether the digest still holds for a file of `identity` without reading it.
+    fn vouches_for(&self, identity: &FileIdentity) -> bool {
+        self.identity == *identity
+            && self.checked_ns - identity.ctime_ns >= RACY_WINDOW.as_nanos() as i128
+    }
+
+    fn parse(text: &str) -> Option<Sum> {
+        let mut fields = text.split_whitespace();
+        let sha256 = fields.next()?.to_string();
+        let mut number = || fields.next()?.parse::<i128>().ok();
+        let (dev, ino, size) = (number()?, number()?, number()?);
+        let (mtime_ns, ctime_ns, checked_ns) = (number()?, number()?, number()?);
+        (sha256.len() == 64).then_some(Sum {
+            sha256,
+            identity: FileIdentity {
+                dev: u64::try_from(dev).ok()?,
+                ino: u64::try_from(ino).ok()?,
+                size: u64::try_from(size).ok()?,
+                mtime_ns,
+                ctime_ns,
+            },
+            checked_ns,
+        })
+    }
+}
+
+impl fmt::Display for Sum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.identity;
+        writeln!(
+            f,
+            "{} {} {} {} {} {} {}",
+            self.sha256, i.dev, i.ino, i.size, i.mtime_ns, i.ctime_ns, self.checked_ns
+        )
+    }
+}
+
+/// An artifact file must be ours and writable by nobody else, like its directory.
+fn check_owned(meta: &fs::Metadata) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    if meta.uid() != euid {
+        return Err(format!(
+            "is owned by uid {}, not by this user (uid {euid})",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "is writable by group or others (mode {:o})",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
@@ -347,5 +519,65 @@ mod tests {
             "keyed by the engine's hash"
         );
         assert!(cache.load(&engine_a, "other-module").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_sum_vouches_only_for_its_identity_past_the_racy_window() {
+        let id = FileIdentity {
+            dev: 1,
+            ino: 2,
+            size: 3,
+            mtime_ns: 10,
+            ctime_ns: 1_000,
+        };
+        let window = RACY_WINDOW.as_nanos() as i128;
+        let sum = |checked_ns| Sum {
+            sha256: "a".repeat(64),
+            identity: id,
+            checked_ns,
+        };
+        assert!(!sum(1_000 + window - 1).vouches_for(&id), "same clock tick");
+        let late = sum(1_000 + window);
+        assert!(late.vouches_for(&id));
+        assert!(!late.vouches_for(&FileIdentity { size: 4, ..id }));
+        assert!(!late.vouches_for(&FileIdentity { ino: 9, ..id }));
+        assert!(!late.vouches_for(&FileIdentity {
+            ctime_ns: 1_001,
+            ..id
+        }));
+        assert_eq!(Sum::parse(&late.to_string()), Some(late));
+        assert_eq!(Sum::parse("short 1 2 3"), None);
+    }
+
+    #[test]
+    fn a_module_digest_is_recorded_only_once_it_can_vouch() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ModuleCache::open(&dir.path().join("c")).unwrap();
+        let module = dir.path().join("m.wasm");
+        std::fs::write(&module, b"module").unwrap();
+        let fresh = FileIdentity::of(&fs::metadata(&module).unwrap());
+        cache
+            .record_module_digest(&module, fresh, &"b".repeat(64))
+            .unwrap();
+        assert_eq!(
+            cache.module_digest(&module, &fresh),
+            None,
+            "changed just now"
+        );
+        // A file last changed long ago is vouched for by its identity alone.
+        let old = FileIdentity {
+            ctime_ns: fresh.ctime_ns - 10 * RACY_WINDOW.as_nanos() as i128,
+            ..fresh
+        };
+        cache
+            .record_module_digest(&module, old, &"b".repeat(64))
+            .unwrap();
+        assert_eq!(cache.module_digest(&module, &old), Some("b".repeat(64)));
+        assert_eq!(
+            cache.module_digest(&module, &fresh),
+            None,
+            "another identity"
+        );
+        assert_eq!(cache.module_digest(&dir.path().join("other"), &old), None);
     }
 }

@@ -29,21 +29,20 @@ const INVALID_COMPONENT: i32 = 2;
 /// How much of the worker's stderr is kept for the error's details.
 const STDERR_BYTES: u64 = 16 << 10;
 
-/// `module`'s compiled component: from the cache if it is there, else compiled once
-/// (in a bounded child) and cached. Returns whether it came from the cache.
+/// The compiled component of the module whose bytes `module` reads (only if it must
+/// be compiled): from the cache if it is there, else compiled once (in a bounded
+/// child) and cached. Returns whether it came from the cache.
 pub fn compiled(
     engine: &Engine,
-    module: &[u8],
+    module: impl FnOnce() -> Result<Vec<u8>, CniError>,
     sha256: &str,
     path: &Path,
     cache: Option<&ModuleCache>,
     limits: &Limits,
 ) -> Result<(Component, bool), CniError> {
     let Some(cache) = cache else {
-        return Ok((
-            deserialize(engine, &compile_in_child(module, path, limits)?)?,
-            false,
-        ));
+        let artifact = compile_in_child(&module()?, path, limits)?;
+        return Ok((deserialize(engine, &artifact)?, false));
     };
     if let Some(component) = cached(cache, engine, sha256) {
         return Ok((component, true));
@@ -74,7 +73,7 @@ pub fn compiled(
         );
         return Err(refusal.error.with_details(details));
     }
-    match compile_in_child(module, path, limits) {
+    match compile_in_child(&module()?, path, limits) {
         Ok(artifact) => {
             if let Err(e) = cache.store_artifact(engine, sha256, &artifact) {
                 tracing::warn!(target: "cache", "{e}");

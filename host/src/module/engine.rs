@@ -17,12 +17,9 @@ use crate::limits::{
     Limits, MAX_ERROR_DETAILS_BYTES, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, truncated,
 };
 use crate::module::bindings::{self, IpamModulePre, types};
-use crate::module::cache::{ModuleCache, hex};
+use crate::module::cache::ModuleCache;
+use crate::module::file::ModuleFile;
 use crate::module::host::{DeadlineExceeded, GuestState, LimitExceeded};
-use sha2::{Digest, Sha256};
-use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,8 +108,8 @@ impl ModuleHost {
         cache: Option<&ModuleCache>,
         limits: &Limits,
     ) -> Result<LoadedModule, CniError> {
-        let bytes = read_module(path, limits.module_bytes)?;
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let module = ModuleFile::open(path, limits.module_bytes)?;
+        let (sha256, bytes) = module.sha256(cache)?;
         if let Some(pinned) = pinned_sha256
             && pinned != sha256
         {
@@ -125,8 +122,9 @@ impl ModuleHost {
         let rejected = |msg: String, e: wasmtime::Error| {
             CniError::new(code::MODULE_REJECTED, msg).with_details(format!("{e:#}"))
         };
+        let read = || bytes.map_or_else(|| module.read(), Ok);
         let (component, from_cache) =
-            crate::module::compile::compiled(&self.engine, &bytes, &sha256, path, cache, limits)?;
+            crate::module::compile::compiled(&self.engine, read, &sha256, path, cache, limits)?;
         let unsupported: Vec<String> = component
             .component_type()
             .imports(&self.engine)
@@ -302,61 +300,6 @@ fn wasmtime_limit(trap: &wasmtime::Error, transfer_limit: usize) -> Option<Strin
         ));
     }
     None
-}
-
-/// Opens the module without following it into a device or a FIFO (opening one
-/// non-blocking never waits for a writer), and reads it only if it is a regular file no
-/// larger than `max` bytes.
-fn read_module(path: &Path, max: u64) -> Result<Vec<u8>, CniError> {
-    let name = path.display();
-    let io =
-        |what: String, e: std::io::Error| CniError::new(code::IO_FAILURE, what).with_details(e);
-    let file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| io(format!("cannot read module {name}"), e))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| io(format!("cannot inspect module {name}"), e))?;
-    let kind = meta.file_type();
-    if !kind.is_file() {
-        let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_fifo() {
-            "a FIFO"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "a device"
-        } else if kind.is_socket() {
-            "a socket"
-        } else {
-            "not a regular file"
-        };
-        return Err(CniError::new(
-            code::MODULE_REJECTED,
-            format!("module {name} is {what}, not a regular file"),
-        ));
-    }
-    let too_large = |size: u64| {
-        CniError::new(
-            code::MODULE_REJECTED,
-            format!(
-                "module {name} is {size} bytes, over ipam.moduleMaxMiB ({} MiB)",
-                max >> 20
-            ),
-        )
-    };
-    if meta.len() > max {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io(format!("cannot read module {name}"), e))?;
-    if bytes.len() as u64 > max {
-        return Err(too_large(bytes.len() as u64));
-    }
-    Ok(bytes)
 }
 
 fn engine_error(e: wasmtime::Error) -> CniError {

@@ -6,4 +6,5 @@ pub(crate) mod bindings;
 pub mod cache;
 pub mod compile;
 pub mod engine;
+pub mod file;
 pub(crate) mod host;
