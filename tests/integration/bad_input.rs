@@ -6,20 +6,6 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
-/// A node whose store already holds one allocation, so "unchanged" is meaningful.
-fn node_with_state() -> (Node, Vec<(String, String)>) {
-    let node = Node::new();
-    let conf = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
-    );
-    Call::new("ADD", "existing").run(&conf).ok();
-    let before = node.store_entries("testnet");
-    assert_eq!(before.len(), 1);
-    (node, before)
-}
-
 fn expect_code(node: &Node, before: &[(String, String)], reply: Reply, code: u64) -> Reply {
     assert_eq!(reply.error_code(), code, "{reply:?}");
     assert_eq!(node.store_entries("testnet"), before, "store changed");

@@ -144,6 +144,14 @@ fn truncated_artifact_is_never_loaded() {
     );
 }
 
+/// Replaces the digest recorded in `artifact`'s `.sum`, keeping the rest.
+fn record_digest(artifact: &Path, digest: &str) {
+    let sum = artifact.with_extension("sum");
+    let text = std::fs::read_to_string(&sum).unwrap();
+    let rest: Vec<&str> = text.split_whitespace().skip(1).collect();
+    std::fs::write(&sum, format!("{digest} {}", rest.join(" "))).unwrap();
+}
+
 /// The artifact is left alone but its recorded digest is damaged: the identity no
 /// longer vouches for it, and the digest does not match.
 #[test]
@@ -153,12 +161,7 @@ fn damaged_recorded_digest_is_never_trusted() {
     let conf = conf_with_cache(&node, &cache);
     Call::new("ADD", "c1").run(&conf).ok();
     let artifact = artifacts(&cache).pop().unwrap();
-    let sum = artifact.with_extension("sum");
-    let text = std::fs::read_to_string(&sum).unwrap();
-    let mut fields: Vec<&str> = text.split_whitespace().collect();
-    let zeros = "0".repeat(64);
-    fields[0] = &zeros;
-    std::fs::write(&sum, fields.join(" ")).unwrap();
+    record_digest(&artifact, &"0".repeat(64));
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node), "the artifact was not trusted");
     let warnings = cache_warnings(&node);
@@ -181,11 +184,7 @@ fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
     // with garbage: the digest check passes, wasmtime's own check does not.
     let payload = b"not an ELF artifact at all";
     std::fs::write(&artifact, payload).unwrap();
-    let sum = artifact.with_extension("sum");
-    let text = std::fs::read_to_string(&sum).unwrap();
-    let digest = format!("{:x}", sha2::Sha256::digest(payload));
-    let rest: Vec<&str> = text.split_whitespace().skip(1).collect();
-    std::fs::write(&sum, format!("{digest} {}", rest.join(" "))).unwrap();
+    record_digest(&artifact, &format!("{:x}", sha2::Sha256::digest(payload)));
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node));
     let warnings = cache_warnings(&node);

@@ -207,6 +207,21 @@ impl Node {
     }
 }
 
+/// A node whose store already holds one allocation (made through the probe module),
+/// so "the store is unchanged" means something; with that allocation.
+pub fn node_with_state() -> (Node, Vec<(String, String)>) {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.0.0",
+        &probe_module(),
+        json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
+    );
+    Call::new("ADD", "existing").run(&conf).ok();
+    let before = node.store_entries("testnet");
+    assert_eq!(before.len(), 1);
+    (node, before)
+}
+
 /// A CNI call to make: command, container, ifname, extra environment.
 pub struct Call<'a> {
     pub command: &'a str,

@@ -10,20 +10,6 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// A node whose store already holds one entry, so "unchanged" means something.
-fn node_with_state() -> (Node, Vec<(String, String)>) {
-    let node = Node::new();
-    let conf = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
-    );
-    Call::new("ADD", "existing").run(&conf).ok();
-    let before = node.store_entries("testnet");
-    assert_eq!(before.len(), 1);
-    (node, before)
-}
-
 fn probe_conf(node: &Node, ipam: Value) -> Value {
     node.netconf("1.0.0", &probe_module(), ipam)
 }
