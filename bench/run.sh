@@ -25,14 +25,19 @@ if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" 
     revision="$revision + uncommitted changes"
 fi
 target="${CARGO_TARGET_DIR:-$root/target}"
-cargo build --release -p wasm-ipam
+# The binary as packagers build it (README, "Packaging"): the dist profile, statically
+# linked and non-PIE. The explicit --target keeps these flags off build scripts and
+# proc-macros, which must stay dynamic.
+host_target="$(rustc -vV | sed -n 's/^host: //p')"
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+    cargo build --profile dist --target "$host_target" -p wasm-ipam
 cargo build --release --target wasm32-wasip2 -p host-local -p probe
 cargo build --release --manifest-path bench/Cargo.toml
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
 
 WASM_IPAM_BENCH_REVISION="$revision" WASM_IPAM_BENCH_COMMAND="./bench/run.sh${*:+ $*}" exec "$bench_target/release/wasm-ipam-bench" all \
     --out "$root/BENCHMARKS.md" \
-    --wasm-ipam "$target/release/wasm-ipam" \
+    --wasm-ipam "$target/$host_target/dist/wasm-ipam" \
     --host-local-module "$target/wasm32-wasip2/release/host_local.wasm" \
     --probe-module "$target/wasm32-wasip2/release/probe.wasm" \
     "$@"
