@@ -97,14 +97,21 @@ fn cache_dir_owned_by_another_user_is_refused() {
     );
 }
 
-/// Damages the one artifact in `cache` with `damage`, then checks the next call
-/// refuses it, compiles instead, succeeds, and leaves a sound artifact behind.
-fn damaged_artifact_is_replaced(damage: impl Fn(&[u8]) -> Vec<u8>, expect_warning: &str) {
+/// A node whose cache holds the probe module's artifact, compiled by one ADD: the
+/// node, the netconf using it, and the artifact's path.
+fn compiled_once() -> (Node, Value, PathBuf) {
     let node = Node::new();
     let cache = node.dir.path().join("cache");
     let conf = conf_with_cache(&node, &cache);
     Call::new("ADD", "c1").run(&conf).ok();
     let artifact = artifacts(&cache).pop().unwrap();
+    (node, conf, artifact)
+}
+
+/// Damages the one artifact in `cache` with `damage`, then checks the next call
+/// refuses it, compiles instead, succeeds, and leaves a sound artifact behind.
+fn damaged_artifact_is_replaced(damage: impl Fn(&[u8]) -> Vec<u8>, expect_warning: &str) {
+    let (node, conf, artifact) = compiled_once();
     std::fs::write(&artifact, damage(&std::fs::read(&artifact).unwrap())).unwrap();
 
     Call::new("ADD", "c2").run(&conf).ok();
@@ -152,15 +159,13 @@ fn record_digest(artifact: &Path, digest: &str) {
     std::fs::write(&sum, format!("{digest} {}", rest.join(" "))).unwrap();
 }
 
-/// The artifact is left alone but its recorded digest is damaged: the identity no
-/// longer vouches for it, and the digest does not match.
+/// The artifact is left alone but its recorded digest is damaged. Just written, its
+/// identity cannot vouch for it yet (the racy window), so the digest is checked, and
+/// does not match. (Once old enough, an intact artifact is trusted by its identity
+/// whatever the record's digest says, which is right: it is intact.)
 #[test]
 fn damaged_recorded_digest_is_never_trusted() {
-    let node = Node::new();
-    let cache = node.dir.path().join("cache");
-    let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
-    let artifact = artifacts(&cache).pop().unwrap();
+    let (node, conf, artifact) = compiled_once();
     record_digest(&artifact, &"0".repeat(64));
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node), "the artifact was not trusted");
@@ -175,11 +180,7 @@ fn damaged_recorded_digest_is_never_trusted() {
 
 #[test]
 fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
-    let node = Node::new();
-    let cache = node.dir.path().join("cache");
-    let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
-    let artifact = artifacts(&cache).pop().unwrap();
+    let (node, conf, artifact) = compiled_once();
     // Bad contents whose digest is recorded, as if the cache itself had been filled
     // with garbage: the digest check passes, wasmtime's own check does not.
     let payload = b"not an ELF artifact at all";
@@ -200,11 +201,7 @@ fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
 /// loaded even though the directory is sound.
 #[test]
 fn an_artifact_not_owned_by_this_user_is_never_loaded() {
-    let node = Node::new();
-    let cache = node.dir.path().join("cache");
-    let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
-    let artifact = artifacts(&cache).pop().unwrap();
+    let (node, conf, artifact) = compiled_once();
     std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o666)).unwrap();
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node));
@@ -215,7 +212,7 @@ fn an_artifact_not_owned_by_this_user_is_never_loaded() {
             .any(|w| w.contains("writable by group or others")),
         "{warnings:?}"
     );
-    let artifact = artifacts(&cache).pop().unwrap();
+    // The call replaced it with a sound artifact, at the same path.
     std::os::unix::fs::chown(&artifact, Some(65534), Some(65534))
         .expect("chown (tests run as root)");
     Call::new("ADD", "c3").run(&conf).ok();
