@@ -155,23 +155,6 @@ impl Store {
         })
     }
 
-    /// `network`'s size as of the last commit.
-    pub fn usage(&self, network: &str) -> Result<Usage, CniError> {
-        let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
-        let recorded = match txn.open_table(USAGE) {
-            Ok(table) => table
-                .get(network)
-                .map_err(|e| store_error("read", e))?
-                .map(|v| v.value()),
-            Err(TableError::TableDoesNotExist(_)) => None,
-            Err(e) => return Err(store_error("read", e)),
-        };
-        match recorded {
-            Some((entries, bytes)) => Ok(Usage { entries, bytes }),
-            None => self.read(|table| counted_usage(table, network)),
-        }
-    }
-
     /// Applies `changes` to `network` in one durable transaction, unless that would
     /// grow the network past `quota` (code 108) or `expired()` turns true before every
     /// change is written (code 103): then nothing is committed. Only the final durable
@@ -299,6 +282,25 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Store {
+        /// `network`'s size as of the last commit, as the quota check will read it.
+        fn usage(&self, network: &str) -> Result<Usage, CniError> {
+            let txn = self.db.begin_read().map_err(|e| store_error("read", e))?;
+            let recorded = match txn.open_table(USAGE) {
+                Ok(table) => table
+                    .get(network)
+                    .map_err(|e| store_error("read", e))?
+                    .map(|v| v.value()),
+                Err(TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(store_error("read", e)),
+            };
+            match recorded {
+                Some((entries, bytes)) => Ok(Usage { entries, bytes }),
+                None => self.read(|table| counted_usage(table, network)),
+            }
+        }
+    }
 
     #[test]
     fn commit_then_read_per_network() {

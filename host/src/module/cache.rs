@@ -283,19 +283,6 @@ impl ModuleCache {
             .map_err(|e| fail(format!("wasmtime refused it: {e}")))
     }
 
-    /// Stores `component`'s artifact, headed by its sha256, atomically.
-    pub fn store(
-        &self,
-        engine: &Engine,
-        module_sha256: &str,
-        component: &Component,
-    ) -> Result<(), CacheError> {
-        let artifact = component
-            .serialize()
-            .map_err(|e| CacheError(format!("cannot serialise the compiled module: {e}")))?;
-        self.store_artifact(engine, module_sha256, &artifact)
-    }
-
     /// Stores a serialised artifact atomically, and its digest beside it.
     pub fn store_artifact(
         &self,
@@ -512,7 +499,9 @@ mod tests {
 
         let bytes = wat::parse_str(COMPONENT).unwrap();
         let component = Component::new(&engine_a, &bytes).unwrap();
-        cache.store(&engine_a, "abc", &component).unwrap();
+        cache
+            .store_artifact(&engine_a, "abc", &component.serialize().unwrap())
+            .unwrap();
         assert!(cache.load(&engine_a, "abc").unwrap().is_some());
         assert!(
             cache.load(&engine_b, "abc").unwrap().is_none(),
