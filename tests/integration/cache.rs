@@ -34,6 +34,12 @@ fn last_call_cached(node: &Node) -> bool {
         .unwrap()
 }
 
+/// Asserts one of the node's cache warnings says `text`.
+fn assert_cache_warning(node: &Node, text: &str) {
+    let warnings = cache_warnings(node);
+    assert!(warnings.iter().any(|w| w.contains(text)), "{warnings:?}");
+}
+
 fn cache_warnings(node: &Node) -> Vec<String> {
     node.log_lines("cache")
         .iter()
@@ -72,13 +78,7 @@ fn cache_dir_writable_by_others_is_refused() {
         artifacts(&cache).is_empty(),
         "nothing written to a refused cache"
     );
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("writable by group or others")),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, "writable by group or others");
 }
 
 #[test]
@@ -90,11 +90,7 @@ fn cache_dir_owned_by_another_user_is_refused() {
     let conf = conf_with_cache(&node, &cache);
     Call::new("ADD", "c1").run(&conf).ok();
     assert!(artifacts(&cache).is_empty());
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings.iter().any(|w| w.contains("not by this user")),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, "not by this user");
 }
 
 /// A node whose cache holds the probe module's artifact, compiled by one ADD: the
@@ -119,11 +115,7 @@ fn damaged_artifact_is_replaced(damage: impl Fn(&[u8]) -> Vec<u8>, expect_warnin
         !last_call_cached(&node),
         "the damaged artifact was not loaded"
     );
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings.iter().any(|w| w.contains(expect_warning)),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, expect_warning);
     Call::new("ADD", "c3").run(&conf).ok();
     assert!(last_call_cached(&node), "a sound artifact replaced it");
 }
@@ -169,13 +161,7 @@ fn damaged_recorded_digest_is_never_trusted() {
     record_digest(&artifact, &"0".repeat(64));
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node), "the artifact was not trusted");
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("its recorded digest is 0000")),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, "its recorded digest is 0000");
 }
 
 #[test]
@@ -188,11 +174,7 @@ fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
     record_digest(&artifact, &format!("{:x}", sha2::Sha256::digest(payload)));
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node));
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings.iter().any(|w| w.contains("wasmtime refused")),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, "wasmtime refused");
     Call::new("ADD", "c3").run(&conf).ok();
     assert!(last_call_cached(&node), "a sound artifact replaced it");
 }
@@ -205,25 +187,13 @@ fn an_artifact_not_owned_by_this_user_is_never_loaded() {
     std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o666)).unwrap();
     Call::new("ADD", "c2").run(&conf).ok();
     assert!(!last_call_cached(&node));
-    let warnings = cache_warnings(&node);
-    assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains("writable by group or others")),
-        "{warnings:?}"
-    );
+    assert_cache_warning(&node, "writable by group or others");
     // The call replaced it with a sound artifact, at the same path.
     std::os::unix::fs::chown(&artifact, Some(65534), Some(65534))
         .expect("chown (tests run as root)");
     Call::new("ADD", "c3").run(&conf).ok();
     assert!(!last_call_cached(&node));
-    assert!(
-        cache_warnings(&node)
-            .iter()
-            .any(|w| w.contains("owned by uid 65534")),
-        "{:?}",
-        cache_warnings(&node)
-    );
+    assert_cache_warning(&node, "owned by uid 65534");
 }
 
 /// 16 calls of a module nobody compiled yet: one compiles (single flight, outside the
