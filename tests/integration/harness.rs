@@ -180,7 +180,7 @@ impl Node {
         {
             return Vec::new();
         }
-        let store = wasm_ipam::store::Store::open(&self.data_dir()).unwrap();
+        let store = wasm_ipam::store::open(&self.data_dir()).unwrap();
         store
             .list(network, "")
             .unwrap()

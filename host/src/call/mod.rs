@@ -14,10 +14,9 @@ use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
 use crate::module::engine::{Call, LoadedModule, ModuleHost};
 use crate::module::host::{GuestLog, GuestState, GuestStore};
-use crate::store::{Quota, Store};
+use crate::store::{self, Quota};
 use deadline::Deadline;
 use serde_json::Value;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What to print: the result (if any) or the error, tagged with the config's version.
@@ -182,18 +181,13 @@ fn run_guest(
         budget_used: Duration::ZERO,
         log_dropped: 0,
     };
-    let store = match Store::open(&conf.ipam.data_dir) {
-        Ok(store) => Arc::new(store),
+    let store = match store::open(&conf.ipam.data_dir) {
+        Ok(store) => store,
         Err(e) => return (Err(e), report),
     };
     let limits = &conf.ipam.limits;
     let state = GuestState::new(
-        GuestStore::new(
-            store.clone(),
-            conf.name.clone(),
-            deadline,
-            limits.host_memory,
-        ),
+        GuestStore::new(store, conf.name.clone(), deadline, limits.host_memory),
         deadline,
         GuestLog::new(deadline, limits.log_bytes),
         limits,
@@ -210,8 +204,8 @@ fn run_guest(
         .result
         .and_then(|r| r.map(answer::checked_result).transpose())
         .and_then(|result| {
-            let changes = outcome.state.store.into_changes();
-            store.commit(&conf.name, &changes, quota, || deadline.expired())?;
+            let (mut store, changes) = outcome.state.store.into_parts();
+            store.commit(&conf.name, &changes, quota, &|| deadline.expired())?;
             Ok(result)
         });
     (result, report)

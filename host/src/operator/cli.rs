@@ -8,7 +8,7 @@ use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::module::engine::ModuleHost;
 use crate::operator::{import, inventory, metrics};
-use crate::store::Store;
+use crate::store::{self, Store};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -102,11 +102,11 @@ fn with_store<T>(
     data_dir: &Path,
     lock_file: &Path,
     timeout: f64,
-    f: impl FnOnce(&Store) -> Result<T, CniError>,
+    f: impl FnOnce(&mut dyn Store) -> Result<T, CniError>,
 ) -> Result<T, CniError> {
     let timeout = Duration::try_from_secs_f64(timeout).ok();
     let _lock = lock::acquire(lock_file, timeout)?;
-    f(&Store::open(data_dir)?)
+    f(store::open(data_dir)?.as_mut())
 }
 
 fn rfc3339(secs: u64) -> String {

@@ -28,7 +28,7 @@ fn io_error(path: &Path, e: std::io::Error) -> CniError {
 /// still in flight cannot change the files under it. An address the store already
 /// gives to another owner aborts the import with nothing written.
 pub fn import_host_local(
-    store: &Store,
+    store: &mut dyn Store,
     network_dir: &Path,
     network: &str,
 ) -> Result<ImportReport, CniError> {
@@ -93,7 +93,7 @@ pub fn import_host_local(
         )
         .with_details(conflicts.join("; ")));
     }
-    store.commit(network, &changes, Quota::UNLIMITED, || false)?;
+    store.commit(network, &changes, Quota::UNLIMITED, &|| false)?;
     Ok(report)
 }
 
@@ -112,9 +112,9 @@ mod tests {
         std::fs::write(net.join("last_reserved_ip.0"), "10.1.0.6").unwrap();
         std::fs::write(net.join("lock"), "").unwrap();
         let data = tempfile::tempdir().unwrap();
-        let store = Store::open(data.path()).unwrap();
+        let mut store = crate::store::open(data.path()).unwrap();
 
-        let report = import_host_local(&store, &net, "mynet").unwrap();
+        let report = import_host_local(store.as_mut(), &net, "mynet").unwrap();
         assert_eq!(
             report,
             ImportReport {
@@ -140,7 +140,7 @@ mod tests {
 
         // Importing again is harmless.
         assert_eq!(
-            import_host_local(&store, &net, "mynet")
+            import_host_local(store.as_mut(), &net, "mynet")
                 .unwrap()
                 .already_present,
             3
@@ -149,7 +149,7 @@ mod tests {
         // A different owner for an address already in the store aborts everything.
         std::fs::write(net.join("10.1.0.5"), "someone-else\r\neth0").unwrap();
         std::fs::write(net.join("10.1.0.9"), "new\r\neth0").unwrap();
-        let err = import_host_local(&store, &net, "mynet").unwrap_err();
+        let err = import_host_local(store.as_mut(), &net, "mynet").unwrap_err();
         assert!(err.details.contains("10.1.0.5"), "{err}");
         assert!(store.get("mynet", "ip/10.1.0.9").unwrap().is_none());
     }

@@ -55,7 +55,7 @@ struct Summary {
 }
 
 /// Every allocation, in network then key order.
-pub fn allocations(store: &Store, network: Option<&str>) -> Result<Vec<Allocation>, CniError> {
+pub fn allocations(store: &dyn Store, network: Option<&str>) -> Result<Vec<Allocation>, CniError> {
     let entries = store.entries(network)?;
     let since: BTreeMap<(&str, &str), u64> = entries
         .iter()
@@ -83,7 +83,7 @@ pub fn allocations(store: &Store, network: Option<&str>) -> Result<Vec<Allocatio
 }
 
 /// Capacity and use per network, counting cooldowns still running at `now` (unix s).
-pub fn network_stats(store: &Store, now: u64) -> Result<Vec<NetworkStats>, CniError> {
+pub fn network_stats(store: &dyn Store, now: u64) -> Result<Vec<NetworkStats>, CniError> {
     let mut stats: BTreeMap<String, NetworkStats> = BTreeMap::new();
     for (net, key, value) in store.entries(None)? {
         let entry = stats.entry(net.clone()).or_insert_with(|| NetworkStats {
@@ -119,22 +119,22 @@ mod tests {
     use super::*;
     use crate::store::{Changes, Quota};
 
-    fn put(store: &Store, network: &str, pairs: &[(&str, &str)]) {
+    fn put(store: &mut dyn Store, network: &str, pairs: &[(&str, &str)]) {
         let changes: Changes = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
             .collect();
         store
-            .commit(network, &changes, Quota::UNLIMITED, || false)
+            .commit(network, &changes, Quota::UNLIMITED, &|| false)
             .unwrap();
     }
 
     #[test]
     fn allocations_and_stats_follow_the_conventions() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let mut store = crate::store::open(dir.path()).unwrap();
         put(
-            &store,
+            store.as_mut(),
             "a",
             &[
                 ("ip/10.0.0.2", "c1\r\neth0"),
@@ -146,17 +146,17 @@ mod tests {
                 ("summary", r#"{"capacity":253,"excluded":2}"#),
             ],
         );
-        put(&store, "b", &[("ip/fd00::2", "c2\r\nnet1")]);
-        let all = allocations(&store, None).unwrap();
+        put(store.as_mut(), "b", &[("ip/fd00::2", "c2\r\nnet1")]);
+        let all = allocations(store.as_ref(), None).unwrap();
         assert_eq!(all.len(), 3);
         assert_eq!(all[0].container_id, "c1");
         assert_eq!(all[0].ifname, "eth0");
         assert_eq!(all[0].since, Some(1_700_000_000));
         assert_eq!(all[1].container_id, "legacy-id");
         assert_eq!(all[1].ifname, "");
-        assert_eq!(allocations(&store, Some("b")).unwrap().len(), 1);
+        assert_eq!(allocations(store.as_ref(), Some("b")).unwrap().len(), 1);
 
-        let stats = network_stats(&store, 1000).unwrap();
+        let stats = network_stats(store.as_ref(), 1000).unwrap();
         assert_eq!(
             stats[0],
             NetworkStats {

@@ -12,13 +12,12 @@ use crate::module::bindings::store::{Host, StoreError};
 use crate::store::{Changes, Store};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::sync::Arc;
 
 /// How many listed entries pass between looks at the deadline.
 const LISTED_PER_CLOCK_CHECK: usize = 1024;
 
 pub struct GuestStore {
-    store: Arc<Store>,
+    store: Box<dyn Store>,
     network: String,
     staged: Changes,
     /// What `staged` costs the host, overheads included.
@@ -33,7 +32,12 @@ fn staged_cost(key: &str, value: Option<&Vec<u8>>) -> usize {
 }
 
 impl GuestStore {
-    pub fn new(store: Arc<Store>, network: String, deadline: Deadline, host_memory: usize) -> Self {
+    pub fn new(
+        store: Box<dyn Store>,
+        network: String,
+        deadline: Deadline,
+        host_memory: usize,
+    ) -> Self {
         GuestStore {
             store,
             network,
@@ -44,9 +48,9 @@ impl GuestStore {
         }
     }
 
-    /// The staged writes, for the host to commit.
-    pub fn into_changes(self) -> Changes {
-        self.staged
+    /// The store and the staged writes, for the host to commit.
+    pub fn into_parts(self) -> (Box<dyn Store>, Changes) {
+        (self.store, self.staged)
     }
 
     /// Every host call is refused once the deadline has passed.
@@ -129,7 +133,7 @@ impl Host for GuestStore {
         };
         let mut seen = 0usize;
         self.store
-            .visit_prefix(&self.network, &prefix, |key, value| {
+            .visit_prefix(&self.network, &prefix, &mut |key, value| {
                 seen += 1;
                 if seen.is_multiple_of(LISTED_PER_CLOCK_CHECK) && self.deadline.expired() {
                     stop = Some(wasmtime::Error::new(DeadlineExceeded));

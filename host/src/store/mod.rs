@@ -1,0 +1,297 @@
+//! The durable store behind the `cni:ipam/store` interface: every network's key/value
+//! entries, and each network's size (entries, key and value bytes) so a quota is
+//! checked without a scan.
+//!
+//! [`Store`] is what the call path and the operator commands need of a backend; the
+//! embedded one is SQLite ([`sqlite`]), chosen over redb by measurement (see
+//! BENCHMARKS.md, "Store engine"): one fsync per committing call and none for a call
+//! that commits nothing. The store is opened only under the host-wide lock, so it
+//! has one writer at a time.
+
+mod legacy;
+pub mod sqlite;
+
+use crate::error::{CniError, code};
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::path::Path;
+
+pub use sqlite::DATABASE_FILE;
+
+/// How many entries a commit writes between looks at the clock.
+const WRITES_PER_CLOCK_CHECK: usize = 256;
+
+/// Staged changes for one network: `Some` puts, `None` deletes.
+pub type Changes = BTreeMap<String, Option<Vec<u8>>>;
+
+/// The most a network may hold; a commit that would grow it past either is refused.
+#[derive(Debug, Clone, Copy)]
+pub struct Quota {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+impl Quota {
+    pub const UNLIMITED: Quota = Quota {
+        entries: u64::MAX,
+        bytes: u64::MAX,
+    };
+}
+
+/// A network's size in the store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+fn entry_bytes(key: &str, value: &[u8]) -> u64 {
+    (key.len() + value.len()) as u64
+}
+
+/// One store backend. Reads see the last commit; [`Store::commit`] applies one
+/// network's changes atomically and durably, or not at all.
+pub trait Store: Send {
+    fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError>;
+
+    /// Shows `visit` each entry of `network` whose key starts with `prefix`, in key
+    /// order, until it breaks: a caller can bound what it keeps without a copy of all.
+    fn visit_prefix(
+        &self,
+        network: &str,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), CniError>;
+
+    /// Every entry of every network (or of `network` only), as (network, key, value).
+    fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError>;
+
+    /// Applies `changes` to `network` in one durable transaction, unless that would
+    /// grow the network past `quota` (code 108) or `expired()` turns true before every
+    /// change is written (code 103): then nothing is committed. Only the final durable
+    /// sync runs after the last look at the clock. No changes, no transaction.
+    fn commit(
+        &mut self,
+        network: &str,
+        changes: &Changes,
+        quota: Quota,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<(), CniError>;
+
+    /// `network`'s size as of the last commit, as the quota check reads it.
+    fn usage(&self, network: &str) -> Result<Usage, CniError>;
+
+    /// Every entry of `network` whose key starts with `prefix`, in key order.
+    fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
+        let mut out = Vec::new();
+        self.visit_prefix(network, prefix, &mut |key, value| {
+            out.push((key.to_string(), value.to_vec()));
+            ControlFlow::Continue(())
+        })?;
+        Ok(out)
+    }
+}
+
+/// Opens the embedded store in `data_dir`, creating it (or migrating a v0.1 redb
+/// store) when there is none.
+pub fn open(data_dir: &Path) -> Result<Box<dyn Store>, CniError> {
+    Ok(Box::new(sqlite::SqliteStore::open(data_dir)?))
+}
+
+fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {
+    CniError::new(code::STORE_FAILURE, format!("store: {what}")).with_details(e)
+}
+
+fn too_late(changes: &Changes) -> CniError {
+    CniError::new(
+        code::DEADLINE_EXCEEDED,
+        "the module's writes could not be committed before its deadline; nothing was committed",
+    )
+    .with_details(format!("{} staged changes", changes.len()))
+}
+
+/// Refuses growth past the quota; shrinking is always allowed, so a network already
+/// over a lowered quota can still release addresses.
+fn check_quota(network: &str, before: Usage, after: Usage, quota: Quota) -> Result<(), CniError> {
+    let over = |what: &str, before: u64, after: u64, limit: u64, key: &str| {
+        (after > limit && after > before).then(|| {
+            CniError::new(
+                code::STORE_QUOTA_EXCEEDED,
+                format!(
+                    "network {network:?} would hold {after} {what} in the store, over its quota of {limit} (ipam.{key}); nothing was committed"
+                ),
+            )
+        })
+    };
+    match over(
+        "entries",
+        before.entries,
+        after.entries,
+        quota.entries,
+        "storeQuotaEntries",
+    )
+    .or_else(|| {
+        over(
+            "bytes",
+            before.bytes,
+            after.bytes,
+            quota.bytes,
+            "storeQuotaMiB",
+        )
+    }) {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_then_read_per_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path()).unwrap();
+        assert_eq!(store.get("a", "k").unwrap(), None);
+        assert!(store.list("a", "").unwrap().is_empty());
+        let mut changes = Changes::new();
+        changes.insert("ip/10.0.0.2".into(), Some(b"c1".to_vec()));
+        changes.insert("ip/10.0.0.3".into(), Some(b"c2".to_vec()));
+        changes.insert("last".into(), Some(b"10.0.0.3".to_vec()));
+        store
+            .commit("a", &changes, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        store
+            .commit("b", &put("ip/x", "other"), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert_eq!(
+            store.get("a", "last").unwrap().as_deref(),
+            Some(&b"10.0.0.3"[..])
+        );
+        let listed: Vec<String> = store
+            .list("a", "ip/")
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(listed, ["ip/10.0.0.2", "ip/10.0.0.3"]);
+        store
+            .commit(
+                "a",
+                &Changes::from([("ip/10.0.0.2".into(), None)]),
+                Quota::UNLIMITED,
+                &|| false,
+            )
+            .unwrap();
+        assert_eq!(store.list("a", "ip/").unwrap().len(), 1);
+        assert_eq!(store.list("b", "").unwrap().len(), 1);
+        assert_eq!(store.entries(None).unwrap().len(), 3);
+        assert_eq!(store.entries(Some("b")).unwrap().len(), 1);
+        drop(store);
+        let reopened = open(dir.path()).unwrap();
+        assert_eq!(reopened.list("a", "").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn prefixes_are_literal_and_networks_do_not_leak_into_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path()).unwrap();
+        for (net, key) in [
+            ("n", "a%b"),
+            ("n", "a_c"),
+            ("n", "axb"),
+            ("n2", "a%b"),
+            ("n", "a%"),
+        ] {
+            store
+                .commit(net, &put(key, "v"), Quota::UNLIMITED, &|| false)
+                .unwrap();
+        }
+        let keys = |prefix| -> Vec<String> {
+            store
+                .list("n", prefix)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(keys("a%"), ["a%", "a%b"]);
+        assert_eq!(keys("a_"), ["a_c"]);
+        assert_eq!(keys(""), ["a%", "a%b", "a_c", "axb"]);
+    }
+
+    fn put(key: &str, value: &str) -> Changes {
+        Changes::from([(key.to_string(), Some(value.as_bytes().to_vec()))])
+    }
+
+    #[test]
+    fn usage_follows_commits_and_quota_refuses_growth_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path()).unwrap();
+        let quota = Quota {
+            entries: 2,
+            bytes: 1000,
+        };
+        store
+            .commit("n", &put("a", "12345"), quota, &|| false)
+            .unwrap();
+        store.commit("n", &put("b", "1"), quota, &|| false).unwrap();
+        assert_eq!(
+            store.usage("n").unwrap(),
+            Usage {
+                entries: 2,
+                bytes: 8
+            }
+        );
+        let err = store
+            .commit("n", &put("c", "1"), quota, &|| false)
+            .unwrap_err();
+        assert_eq!(err.code, code::STORE_QUOTA_EXCEEDED, "{err}");
+        assert!(err.msg.contains("storeQuotaEntries"), "{err}");
+        assert_eq!(store.get("n", "c").unwrap(), None, "nothing committed");
+        // Replacing a value in place is no growth in entries.
+        store.commit("n", &put("a", "x"), quota, &|| false).unwrap();
+        let small = Quota {
+            entries: 10,
+            bytes: 3,
+        };
+        let err = store
+            .commit("n", &put("d", "big"), small, &|| false)
+            .unwrap_err();
+        assert!(err.msg.contains("storeQuotaMiB"), "{err}");
+        // Over a lowered quota, releasing still works.
+        let tiny = Quota {
+            entries: 0,
+            bytes: 0,
+        };
+        store
+            .commit("n", &Changes::from([("a".into(), None)]), tiny, &|| false)
+            .unwrap();
+        assert_eq!(store.usage("n").unwrap().entries, 1);
+    }
+
+    #[test]
+    fn a_commit_past_its_deadline_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = open(dir.path()).unwrap();
+        let changes: Changes = (0..2000)
+            .map(|i| (format!("k{i:05}"), Some(vec![0u8; 8])))
+            .collect();
+        let looks = std::cell::Cell::new(0);
+        // The clock runs out after a few looks, i.e. midway through the writes.
+        let expired = || {
+            looks.set(looks.get() + 1);
+            looks.get() > 3
+        };
+        let err = store
+            .commit("n", &changes, Quota::UNLIMITED, &expired)
+            .unwrap_err();
+        assert_eq!(err.code, code::DEADLINE_EXCEEDED, "{err}");
+        assert!(store.list("n", "").unwrap().is_empty());
+        assert_eq!(store.usage("n").unwrap(), Usage::default());
+        let err = store
+            .commit("n", &changes, Quota::UNLIMITED, &|| true)
+            .unwrap_err();
+        assert_eq!(err.code, code::DEADLINE_EXCEEDED);
+    }
+}

@@ -1,0 +1,486 @@
+//! The embedded store: one SQLite database under `dataDir`, in WAL mode with
+//! `synchronous=FULL`, so a commit is one append to the log and one fsync, and a
+//! crash at any instant leaves either the old or the new state.
+//!
+//! Every call is its own process, so the connection is tuned for one short writer:
+//! - `locking_mode=EXCLUSIVE` (the host-wide lock already serialises every opener):
+//!   no `-shm` file; the log's index is rebuilt in memory on open;
+//! - no checkpoint on close: closing costs nothing. Once the log has grown past
+//!   [`CHECKPOINT_BYTES`], the commit that passed it folds the log back into the
+//!   database and truncates it ([`SqliteStore::fold_log`]), which also bounds what
+//!   the next open reads to rebuild the index. (SQLite's own automatic checkpoint
+//!   does not fit one commit per process: the log's checkpointed state lives in the
+//!   index, which each process rebuilds, so the log would never restart);
+//! - a call that changes nothing opens no write transaction and syncs nothing.
+//!
+//! The file is created whole or not at all (built under a temporary name, synced,
+//! renamed, the directory synced), and an existing file is used only if it says it
+//! is a wasm-ipam store: an emptied or foreign file is refused, never re-created,
+//! since a store that lost its entries would hand out addresses still in use.
+
+use super::{
+    Changes, Quota, Store, Usage, WRITES_PER_CLOCK_CHECK, check_quota, entry_bytes, legacy,
+    store_error, too_late,
+};
+use crate::error::{CniError, code};
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use std::fs::{self, File, OpenOptions};
+use std::ops::ControlFlow;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+pub const DATABASE_FILE: &str = "store.sqlite";
+/// `PRAGMA application_id` of a wasm-ipam store ("WIPM"): tells our file from an
+/// emptied or foreign one.
+const APPLICATION_ID: i32 = 0x5749_504d;
+/// `PRAGMA user_version`: the schema below.
+const SCHEMA_VERSION: i32 = 1;
+const SCHEMA: &str = "
+    CREATE TABLE entries (
+        network TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (network, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE usage (
+        network TEXT NOT NULL PRIMARY KEY,
+        entries INTEGER NOT NULL,
+        bytes INTEGER NOT NULL
+    ) WITHOUT ROWID;
+";
+/// Log size after which a commit folds the log back into the database: a warm ADD
+/// appends about three 4 KiB pages, so this is one checkpoint (two more fsyncs)
+/// every twenty-odd commits, and at most this much for an open to read.
+const CHECKPOINT_BYTES: u64 = 256 << 10;
+/// SQLite's page cache for one call, in KiB (a negative `cache_size` is KiB): a call
+/// touches few pages, and this bounds what a large store can make a call spend.
+const CACHE_KIB: i64 = 2048;
+
+pub struct SqliteStore {
+    conn: Connection,
+    log: PathBuf,
+}
+
+fn sqlite_error(what: &str) -> impl Fn(rusqlite::Error) -> CniError + '_ {
+    move |e| store_error(what, e)
+}
+
+impl SqliteStore {
+    /// Opens the store in `data_dir`, creating it (or migrating a v0.1 redb store into
+    /// it) when there is none.
+    pub fn open(data_dir: &Path) -> Result<Self, CniError> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data_dir)
+            .map_err(|e| store_error(&format!("cannot create {}", data_dir.display()), e))?;
+        let path = data_dir.join(DATABASE_FILE);
+        match fs::symlink_metadata(&path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(data_dir, &path)?,
+            Err(e) => return Err(store_error(&format!("cannot stat {}", path.display()), e)),
+        }
+        let conn = connect(&path)?;
+        check_identity(&conn, &path)?;
+        Ok(SqliteStore {
+            conn,
+            log: sidecar(&path, "-wal"),
+        })
+    }
+
+    /// After a commit (already durable): once the log is past [`CHECKPOINT_BYTES`],
+    /// copies it into the database, syncs that, and truncates the log. A crash
+    /// midway leaves a log that the next open replays onto the same pages.
+    fn fold_log(&self) -> Result<(), CniError> {
+        let size = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        if size <= CHECKPOINT_BYTES {
+            return Ok(());
+        }
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(sqlite_error("checkpoint"))
+    }
+
+    fn usage_in(conn: &Connection, network: &str) -> Result<Usage, CniError> {
+        let row = conn
+            .prepare_cached("SELECT entries, bytes FROM usage WHERE network = ?1")
+            .and_then(|mut s| {
+                s.query_row([network], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+                })
+                .optional()
+            })
+            .map_err(sqlite_error("read"))?;
+        Ok(row.map_or(Usage::default(), |(entries, bytes)| Usage {
+            entries: entries as u64,
+            bytes: bytes as u64,
+        }))
+    }
+}
+
+/// Opens an existing database file (never creating one) with the per-call tuning.
+fn connect(path: &Path) -> Result<Connection, CniError> {
+    let opening = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt) => {
+            damaged(path, e)
+        }
+        _ => store_error(&format!("cannot open {}", path.display()), e),
+    };
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+    )
+    .map_err(opening)?;
+    ensure_log(path)
+        .map_err(|e| store_error(&format!("cannot create the log of {}", path.display()), e))?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(opening)?;
+    // locking_mode must be set before the first read takes a lock.
+    conn.execute_batch(&format!(
+        "PRAGMA locking_mode = EXCLUSIVE;
+         PRAGMA synchronous = FULL;
+         PRAGMA wal_autocheckpoint = 0;
+         PRAGMA cache_size = -{CACHE_KIB};"
+    ))
+    .map_err(opening)?;
+    Ok(conn)
+}
+
+/// Creates the write-ahead log file if it is missing, and makes its name durable.
+/// SQLite is built not to sync the directory itself (see `.cargo/config.toml`), so
+/// a log it had to create would not survive a crash: it never has to. The log is
+/// kept for good (no checkpoint on close deletes it), so this runs once per store.
+fn ensure_log(path: &Path) -> std::io::Result<()> {
+    let log = sidecar(path, "-wal");
+    match fs::symlink_metadata(&log) {
+        Ok(_) => return Ok(()),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        Err(_) => {}
+    }
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&log)?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Refuses a file that is not a wasm-ipam store of a schema this build knows.
+fn check_identity(conn: &Connection, path: &Path) -> Result<(), CniError> {
+    let pragma = |name: &str| {
+        conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0))
+            .map_err(|e| damaged(path, e))
+    };
+    let application_id = pragma("application_id")?;
+    if application_id != i64::from(APPLICATION_ID) {
+        return Err(damaged(
+            path,
+            format!(
+                "application_id is {application_id:#x}, not wasm-ipam's {APPLICATION_ID:#x}: the file is empty, truncated or not a wasm-ipam store"
+            ),
+        ));
+    }
+    let version = pragma("user_version")?;
+    if version != i64::from(SCHEMA_VERSION) {
+        return Err(CniError::new(
+            code::STORE_FAILURE,
+            format!(
+                "store {} has schema version {version}, which this wasm-ipam (schema {SCHEMA_VERSION}) does not know; nothing was changed",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn damaged(path: &Path, e: impl std::fmt::Display) -> CniError {
+    CniError::new(
+        code::STORE_FAILURE,
+        format!(
+            "store {} cannot be used and was left untouched: restore it from a backup (see SECURITY.md, \"When the store is damaged\"); wasm-ipam never re-creates a store over one it cannot read, since addresses it held may still be in use",
+            path.display()
+        ),
+    )
+    .with_details(e)
+}
+
+/// Builds a new store under a temporary name and renames it into place, so a crash
+/// or a full disk leaves either no store or a whole one. A v0.1 redb store in the
+/// same directory is copied in, then renamed aside.
+fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
+    let creating =
+        |e: &dyn std::fmt::Display| store_error(&format!("cannot create {}", path.display()), e);
+    let temp = temp_path(path);
+    for leftover in [
+        temp.clone(),
+        sidecar(&temp, "-wal"),
+        sidecar(&temp, "-journal"),
+    ] {
+        match fs::remove_file(&leftover) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(creating(&e)),
+        }
+    }
+    // SQLite creates its files with mode 0644; made empty here, the database (and
+    // the log, which SQLite gives the database's mode) is 0600 whatever the umask.
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&temp)
+        .map_err(|e| creating(&e))?;
+    let migrated = {
+        let mut conn = Connection::open_with_flags(
+            &temp,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )
+        .map_err(|e| creating(&e))?;
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+            .map_err(|e| creating(&e))?;
+        let tx = conn.transaction().map_err(|e| creating(&e))?;
+        tx.execute_batch(&format!(
+            "PRAGMA application_id = {APPLICATION_ID};
+             PRAGMA user_version = {SCHEMA_VERSION};
+             {SCHEMA}"
+        ))
+        .map_err(|e| creating(&e))?;
+        let migrated = legacy::copy_into(data_dir, &tx)?;
+        tx.commit().map_err(|e| creating(&e))?;
+        // Closing checkpoints the log into the database file and syncs it.
+        conn.close().map_err(|(_, e)| creating(&e))?;
+        migrated
+    };
+    File::open(&temp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| creating(&e))?;
+    fs::rename(&temp, path).map_err(|e| creating(&e))?;
+    sync_dir(data_dir).map_err(|e| creating(&e))?;
+    if migrated {
+        legacy::retire(data_dir)?;
+    }
+    Ok(())
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    sidecar(path, ".new")
+}
+
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Makes a rename or a new name in `dir` durable.
+pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Store for SqliteStore {
+    fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        self.conn
+            .prepare_cached("SELECT value FROM entries WHERE network = ?1 AND key = ?2")
+            .and_then(|mut s| s.query_row([network, key], |r| r.get(0)).optional())
+            .map_err(sqlite_error("read"))
+    }
+
+    fn visit_prefix(
+        &self,
+        network: &str,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), CniError> {
+        let read = sqlite_error("read");
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT key, value FROM entries WHERE network = ?1 AND key >= ?2 ORDER BY key",
+            )
+            .map_err(&read)?;
+        let mut rows = statement.query([network, prefix]).map_err(&read)?;
+        while let Some(row) = rows.next().map_err(&read)? {
+            let key = row
+                .get_ref(0)
+                .and_then(|v| Ok(v.as_str()?))
+                .map_err(&read)?;
+            if !key.starts_with(prefix) {
+                break;
+            }
+            let value = row
+                .get_ref(1)
+                .and_then(|v| Ok(v.as_blob()?))
+                .map_err(&read)?;
+            if visit(key, value).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
+        let read = sqlite_error("read");
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT network, key, value FROM entries
+                 WHERE ?1 IS NULL OR network = ?1 ORDER BY network, key",
+            )
+            .map_err(&read)?;
+        let rows = statement
+            .query_map([network], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .map_err(&read)?;
+        rows.collect::<Result<_, _>>().map_err(read)
+    }
+
+    fn commit(
+        &mut self,
+        network: &str,
+        changes: &Changes,
+        quota: Quota,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<(), CniError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if expired() {
+            return Err(too_late(changes));
+        }
+        let fail = sqlite_error("commit");
+        // Dropped without `commit()` (every early return below), it rolls back.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&fail)?;
+        let before = SqliteStore::usage_in(&tx, network)?;
+        let mut after = before;
+        {
+            let mut old_len = tx
+                .prepare_cached("SELECT length(value) FROM entries WHERE network = ?1 AND key = ?2")
+                .map_err(&fail)?;
+            let mut upsert = tx
+                .prepare_cached(
+                    "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
+                )
+                .map_err(&fail)?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")
+                .map_err(&fail)?;
+            for (i, (key, change)) in changes.iter().enumerate() {
+                if i.is_multiple_of(WRITES_PER_CLOCK_CHECK) && expired() {
+                    return Err(too_late(changes));
+                }
+                let old: Option<i64> = old_len
+                    .query_row([network, key], |r| r.get(0))
+                    .optional()
+                    .map_err(&fail)?;
+                if let Some(old) = old {
+                    after.entries -= 1;
+                    after.bytes -= key.len() as u64 + old as u64;
+                }
+                match change {
+                    Some(value) => {
+                        upsert
+                            .execute(params![network, key, value])
+                            .map_err(&fail)?;
+                        after.entries += 1;
+                        after.bytes += entry_bytes(key, value);
+                    }
+                    None if old.is_some() => {
+                        delete.execute([network, key]).map_err(&fail)?;
+                    }
+                    None => {}
+                }
+            }
+        }
+        check_quota(network, before, after, quota)?;
+        tx.execute(
+            "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
+             ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
+            params![network, after.entries as i64, after.bytes as i64],
+        )
+        .map_err(&fail)?;
+        if expired() {
+            return Err(too_late(changes));
+        }
+        tx.commit().map_err(fail)?;
+        self.fold_log()
+    }
+
+    fn usage(&self, network: &str) -> Result<Usage, CniError> {
+        SqliteStore::usage_in(&self.conn, network)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn an_emptied_or_foreign_file_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(DATABASE_FILE);
+        for content in [
+            &b""[..],
+            b"not a database at all, but long enough to look like one",
+        ] {
+            fs::write(&path, content).unwrap();
+            let err = SqliteStore::open(dir.path()).err().expect("refused");
+            assert_eq!(err.code, code::STORE_FAILURE, "{err}");
+            assert!(err.msg.contains("restore it from a backup"), "{err}");
+            assert_eq!(fs::read(&path).unwrap(), content, "left untouched");
+        }
+        // Another program's SQLite database is not ours either.
+        fs::remove_file(&path).unwrap();
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
+        let err = SqliteStore::open(dir.path()).err().expect("refused");
+        assert!(format!("{err:?}").contains("application_id"), "{err:?}");
+    }
+
+    #[test]
+    fn a_new_store_is_private_and_built_under_a_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        // A leftover of a creation that was killed midway is cleared, not used.
+        fs::create_dir(&data).unwrap();
+        fs::write(temp_path(&data.join(DATABASE_FILE)), b"half").unwrap();
+        let old_umask = unsafe { libc::umask(0) };
+        let opened = SqliteStore::open(&data);
+        unsafe { libc::umask(old_umask) };
+        let mut store = opened.unwrap();
+        store
+            .commit(
+                "n",
+                &Changes::from([("k".into(), Some(b"v".to_vec()))]),
+                Quota::UNLIMITED,
+                &|| false,
+            )
+            .unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data.join(DATABASE_FILE)), 0o600);
+        assert_eq!(mode(&sidecar(&data.join(DATABASE_FILE), "-wal")), 0o600);
+        assert!(!temp_path(&data.join(DATABASE_FILE)).exists());
+        let names: Vec<_> = fs::read_dir(&data)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(
+            names.iter().all(|n| n.starts_with(DATABASE_FILE))
+                && !names.iter().any(|n| n.ends_with("-shm")),
+            "{names:?}"
+        );
+    }
+}
