@@ -10,7 +10,7 @@ pub mod queue;
 
 use crate::error::{CniError, code};
 use queue::Ticket;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -69,41 +69,38 @@ pub fn queue_dir(lock_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Queues, then takes the flock: blocking.
-fn queue_then_lock(path: &Path, file: File) -> std::io::Result<(Ticket, File)> {
-    let ticket = Ticket::take(&queue_dir(path))?;
-    file.lock()?;
-    Ok((ticket, file))
-}
-
 /// Takes the lock at `path`, waiting at most `timeout` when given. A timeout is "try
 /// again later" (code 11): nothing has been done yet, so nothing changed.
+///
+/// Uncontended, every step is tried without blocking (take a ticket, find no
+/// earlier call still queued, take the flock) and no thread is started. Only a call
+/// that must wait goes on, from where it stopped, with blocking waits: on another
+/// thread when there is a timeout, since flock(2) has none.
 pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniError> {
     let started = Instant::now();
     let file = open(path)?;
-    let (ticket, file) = match timeout {
-        None => queue_then_lock(path, file).map_err(|e| lock_failed(path, e))?,
-        // flock has no timeout: wait on another thread and stop listening at the
-        // timeout. If the grant comes later, the thread's send fails and dropping the
-        // ticket and file releases both at once.
-        Some(timeout) => {
-            let (tx, rx) = mpsc::channel();
-            let owned = path.to_path_buf();
-            std::thread::spawn(move || {
-                let _ = tx.send(queue_then_lock(&owned, file));
-            });
-            match rx.recv_timeout(timeout) {
-                Ok(result) => result.map_err(|e| lock_failed(path, e))?,
-                Err(_) => {
-                    return Err(CniError::new(
-                        code::TRY_AGAIN_LATER,
-                        format!(
-                            "the host-wide IPAM lock {} was not granted within {:?}; nothing was changed",
-                            path.display(),
-                            timeout
-                        ),
-                    ));
-                }
+    let dir = queue_dir(path);
+    let failed = |e| lock_failed(path, e);
+    let mut ticket = Ticket::join(&dir, false).map_err(failed)?;
+    let free = match ticket.as_mut() {
+        Some(ticket) => ticket.wait(false).map_err(failed)? && try_flock(&file).map_err(failed)?,
+        None => false,
+    };
+    let (ticket, file) = match (ticket, free) {
+        (Some(ticket), true) => (ticket, file),
+        (ticket, _) => {
+            let wait = move || -> std::io::Result<(Ticket, File)> {
+                let mut ticket = match ticket {
+                    Some(ticket) => ticket,
+                    None => Ticket::join(&dir, true)?.expect("a blocking join joins"),
+                };
+                ticket.wait(true)?;
+                file.lock()?;
+                Ok((ticket, file))
+            };
+            match timeout {
+                None => wait().map_err(failed)?,
+                Some(timeout) => wait_at_most(path, timeout, wait)?,
             }
         }
     };
@@ -115,6 +112,39 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
         granted_wall: SystemTime::now(),
         waited: granted - started,
     })
+}
+
+fn try_flock(file: &File) -> std::io::Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Runs the blocking `wait` on another thread and stops listening at `timeout`. If
+/// the grant comes later, the thread's send fails and dropping its ticket and file
+/// releases both at once.
+fn wait_at_most(
+    path: &Path,
+    timeout: Duration,
+    wait: impl FnOnce() -> std::io::Result<(Ticket, File)> + Send + 'static,
+) -> Result<(Ticket, File), CniError> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(wait());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(result) => result.map_err(|e| lock_failed(path, e)),
+        Err(_) => Err(CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "the host-wide IPAM lock {} was not granted within {:?}; nothing was changed",
+                path.display(),
+                timeout
+            ),
+        )),
+    }
 }
 
 fn lock_failed(path: &Path, e: std::io::Error) -> CniError {
@@ -134,5 +164,26 @@ mod tests {
         assert_eq!(err.code, 11);
         drop(held);
         acquire(&path, Some(Duration::from_secs(30))).expect("granted once released");
+    }
+
+    #[test]
+    fn a_busy_counter_sends_the_call_down_the_waiting_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ipam.lock");
+        drop(acquire(&path, None).unwrap());
+        // Someone holds the queue's counter: the non-blocking first pass cannot join.
+        let tail = File::open(queue_dir(&path).join("tail")).unwrap();
+        tail.lock().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let waiting = path.clone();
+        std::thread::spawn(move || tx.send(acquire(&waiting, Some(Duration::from_secs(60)))));
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "granted while the counter was held"
+        );
+        drop(tail);
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("granted once the counter was free")
+            .expect("granted, not refused");
     }
 }

@@ -12,19 +12,26 @@
 //! before it. Mutual exclusion never depends on the queue: the flock on `lockFile` is
 //! still taken, so any process holding it excludes every call.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The file holding the next ticket number; flocked briefly to take a ticket.
 const TAIL: &str = "tail";
+/// The counter is written fixed-width, in place: never truncated, so taking a
+/// ticket is one read and one write of the same 20 bytes.
+const TAIL_DIGITS: usize = 20;
 
 /// A place in the queue: holds its node's flock until dropped.
 #[derive(Debug)]
 pub struct Ticket {
     node: File,
     path: PathBuf,
+    dir: PathBuf,
+    /// The earlier ticket to look at next; every ticket from here up to this one's
+    /// has finished or died. 0 once none is left to wait for.
+    waiting_on: u64,
 }
 
 fn node_path(dir: &Path, ticket: u64) -> PathBuf {
@@ -42,26 +49,49 @@ fn next_ticket_from_nodes(dir: &Path) -> io::Result<u64> {
     Ok(next)
 }
 
+/// Takes `file`'s flock, waiting only when `block`; `Ok(false)` if it would block.
+fn flock(file: &File, block: bool) -> io::Result<bool> {
+    if block {
+        return file.lock().map(|()| true);
+    }
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
 impl Ticket {
-    /// Joins the queue in `dir`: takes the next ticket and locks its node.
+    /// Joins the queue in `dir` and waits until every earlier ticket has finished.
     pub fn take(dir: &Path) -> io::Result<Ticket> {
+        let mut ticket = Ticket::join(dir, true)?.expect("a blocking join joins");
+        ticket.wait(true)?;
+        Ok(ticket)
+    }
+
+    /// Takes the next ticket and locks its node. Without `block`, `None` when
+    /// another call holds the counter at this instant.
+    pub fn join(dir: &Path, block: bool) -> io::Result<Option<Ticket>> {
         fs::create_dir_all(dir)?;
-        let mut tail = OpenOptions::new()
+        let tail = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .open(dir.join(TAIL))?;
-        tail.lock()?;
-        let mut text = String::new();
-        tail.read_to_string(&mut text)?;
-        let ticket = match text.trim().parse::<u64>() {
-            Ok(n) => n,
-            Err(_) => next_ticket_from_nodes(dir)?,
+        if !flock(&tail, block)? {
+            return Ok(None);
+        }
+        let mut text = [0u8; TAIL_DIGITS];
+        let len = tail.read_at(&mut text, 0)?;
+        let ticket = match std::str::from_utf8(&text[..len])
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        {
+            Some(n) => n,
+            None => next_ticket_from_nodes(dir)?,
         };
-        tail.seek(SeekFrom::Start(0))?;
-        tail.set_len(0)?;
-        tail.write_all((ticket + 1).to_string().as_bytes())?;
+        tail.write_all_at(format!("{:0TAIL_DIGITS$}", ticket + 1).as_bytes(), 0)?;
         let path = node_path(dir, ticket);
         let node = OpenOptions::new()
             .read(true)
@@ -71,25 +101,31 @@ impl Ticket {
         // A new file: nobody else can hold its lock yet, so this does not block.
         node.lock()?;
         drop(tail);
-        let me = Ticket { node, path };
-        me.wait_for_predecessors(dir, ticket)?;
-        Ok(me)
+        Ok(Some(Ticket {
+            node,
+            path,
+            dir: dir.to_path_buf(),
+            waiting_on: ticket,
+        }))
     }
 
-    /// Blocks until every earlier ticket has finished (or its process died).
-    fn wait_for_predecessors(&self, dir: &Path, ticket: u64) -> io::Result<()> {
-        let mut earlier = ticket;
-        while earlier > 0 {
-            earlier -= 1;
-            let path = node_path(dir, earlier);
+    /// Walks back over earlier tickets until every one has finished (or its process
+    /// died). Without `block`, stops at the first one still queued or holding the
+    /// lock and says `false`; a later call goes on from there.
+    pub fn wait(&mut self, block: bool) -> io::Result<bool> {
+        while self.waiting_on > 0 {
+            let path = node_path(&self.dir, self.waiting_on - 1);
             let node = match File::open(&path) {
                 Ok(node) => node,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                // It finished, and so had every ticket before it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
                 Err(e) => return Err(e),
             };
-            node.lock()?;
+            if !flock(&node, block)? {
+                return Ok(false);
+            }
             if node.metadata()?.nlink() == 0 {
-                return Ok(()); // it finished and unlinked itself
+                break; // it finished and unlinked itself
             }
             // Its process died while queued or holding the lock: clear it away and
             // keep the order by waiting for the ticket before it.
@@ -98,8 +134,10 @@ impl Ticket {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
+            self.waiting_on -= 1;
         }
-        Ok(())
+        self.waiting_on = 0;
+        Ok(true)
     }
 }
 
@@ -168,5 +206,57 @@ mod tests {
         let next = Ticket::take(dir.path()).unwrap();
         assert!(!dead_path.exists(), "the dead node was cleared away");
         drop(next);
+    }
+
+    #[test]
+    fn a_non_blocking_pass_resumes_where_it_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = Ticket::take(dir.path()).unwrap(); // ticket 0, live
+        let dead = Ticket::join(dir.path(), true).unwrap().unwrap(); // ticket 1
+        let dead_path = dead.path.clone();
+        dead.node.unlock().unwrap();
+        std::mem::forget(dead);
+        let mut me = Ticket::join(dir.path(), false).unwrap().unwrap(); // ticket 2
+        assert!(!me.wait(false).unwrap(), "ticket 0 is still live");
+        assert!(
+            !dead_path.exists(),
+            "the dead ticket 1 was cleared on the way"
+        );
+        // The blocking wait goes on from ticket 0: it must not take ticket 1's
+        // missing node for "everything before has finished".
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            me.wait(true).unwrap();
+            tx.send(()).unwrap();
+            me
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "granted while ticket 0 was held"
+        );
+        drop(holder);
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("granted once ticket 0 finished");
+        drop(waiter.join().unwrap());
+    }
+
+    #[test]
+    fn the_counter_is_rewritten_in_place_and_reads_older_forms() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(TAIL), "13").unwrap(); // as v0.1 wrote it
+        let ticket = Ticket::take(dir.path()).unwrap();
+        assert!(ticket.path.ends_with("00000000000000000013"));
+        drop(ticket);
+        let tail = fs::read_to_string(dir.path().join(TAIL)).unwrap();
+        assert_eq!(tail, "00000000000000000014");
+        // Damaged: the next ticket comes after the nodes still queued.
+        let _queued = Ticket::take(dir.path()).unwrap(); // 14
+        fs::write(dir.path().join(TAIL), "garbage").unwrap();
+        let next = Ticket::join(dir.path(), true).unwrap().unwrap();
+        assert!(
+            next.path.ends_with("00000000000000000015"),
+            "{:?}",
+            next.path
+        );
     }
 }

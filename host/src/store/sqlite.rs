@@ -50,8 +50,9 @@ const SCHEMA: &str = "
     ) WITHOUT ROWID;
 ";
 /// Log size after which a commit folds the log back into the database: a warm ADD
-/// appends about three 4 KiB pages, so this is one checkpoint (two more fsyncs)
-/// every twenty-odd commits, and at most this much for an open to read.
+/// appends about three 4 KiB pages, so this is one fold every twenty to thirty
+/// commits, costing three more syncs (two in the fold, one for the restarted log's
+/// header in the next commit), and at most this much for an open to read.
 const CHECKPOINT_BYTES: u64 = 256 << 10;
 /// SQLite's page cache for one call, in KiB (a negative `cache_size` is KiB): a call
 /// touches few pages, and this bounds what a large store can make a call spend.
