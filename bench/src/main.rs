@@ -6,17 +6,18 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
-use wasm_ipam_bench::scenario::{churn, herd, latency, ordering};
+use wasm_ipam_bench::scenario::{churn, engines, herd, latency, ordering};
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|herd|ordering|churn> [options]
+usage: wasm-ipam-bench <all|latency|herd|ordering|churn|engines> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
+  engines      one call's store work, process per call: redb (v0.1) vs SQLite
 
 options (defaults in brackets):
   --out FILE                 report for `all` [<workspace>/BENCHMARKS.md]
@@ -32,10 +33,11 @@ options (defaults in brackets):
   --seconds S                churn: how long calls arrive [30]
   --interval-ms MS           churn: time between arrivals [15]
   --spin-ms MS               churn: guest work under the lock [20]
+  --engine-cycles N          engines: ADD+DEL cycles per engine [200]
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 4] = ["latency", "herd", "ordering", "churn"];
+const SCENARIOS: [&str; 5] = ["latency", "herd", "ordering", "churn", "engines"];
 
 struct Args {
     scenario: String,
@@ -45,6 +47,7 @@ struct Args {
     herd: herd::Options,
     ordering: ordering::Options,
     churn: churn::Options,
+    engines: engines::Options,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
@@ -73,6 +76,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             interval_ms: 15.0,
             spin_ms: 20,
         },
+        engines: engines::Options { cycles: 200 },
     };
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -99,6 +103,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--seconds" => args.churn.seconds = num(value)?,
             "--interval-ms" => args.churn.interval_ms = num(value)?,
             "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
+            "--engine-cycles" => args.engines.cycles = count(value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -114,6 +119,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "herd" => herd::run(&args.paths, &args.herd),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
+        "engines" => engines::run(&args.engines),
         other => return Err(format!("unknown scenario {other:?}")),
     }
     .map_err(|e| format!("{name}: {e}"))?;

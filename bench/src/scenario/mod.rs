@@ -3,6 +3,7 @@
 //! figures of a herd back from the invocation log.
 
 pub mod churn;
+pub mod engines;
 pub mod herd;
 pub mod latency;
 pub mod ordering;
