@@ -29,8 +29,11 @@ target="${CARGO_TARGET_DIR:-$root/target}"
 # linked and non-PIE. The explicit --target keeps these flags off build scripts and
 # proc-macros, which must stay dynamic.
 host_target="$(rustc -vV | sed -n 's/^host: //p')"
+# The compiler in a run of its own, so the per-call binary carries none.
 RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
     cargo build --profile dist --target "$host_target" -p wasm-ipam
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
+    cargo build --profile dist --target "$host_target" -p wasm-ipam-compiler
 cargo build --release --target wasm32-wasip2 -p host-local -p probe
 cargo build --release --manifest-path bench/Cargo.toml
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"

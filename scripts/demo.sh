@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null
 cargo build --release -p wasm-ipam
+# The compiler, built on its own so the per-call binary carries none (README, "Packaging").
+cargo build --release -p wasm-ipam-compiler
 cargo build --release --target wasm32-wasip2 -p host-local
 
 bin=target/release/wasm-ipam

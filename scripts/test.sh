@@ -18,4 +18,11 @@ rustup component add clippy rustfmt >/dev/null 2>&1 || true
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p probe -- -D warnings
+# The per-call binary must carry no compiler: nothing in its build graph may pull in
+# Cranelift's code generator (the compiler is compiler/'s own binary). The check is
+# live: the same query on wasm-ipam-compiler lists it.
+if cargo tree -p wasm-ipam -e no-dev -i cranelift-codegen --prefix none 2>/dev/null | grep .; then
+  echo "wasm-ipam's per-call binary depends on Cranelift's code generator" >&2
+  exit 1
+fi
 cargo test --workspace

@@ -6,14 +6,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
-use wasm_ipam_bench::scenario::{churn, engines, herd, latency, ordering};
+use wasm_ipam_bench::scenario::{busy, churn, engines, herd, latency, ordering};
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|herd|ordering|churn|engines> [options]
+usage: wasm-ipam-bench <all|latency|busy|herd|ordering|churn|engines> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
+  busy         warm ADD+DEL cycles while another writer fsyncs on the same disk
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
@@ -34,10 +35,11 @@ options (defaults in brackets):
   --interval-ms MS           churn: time between arrivals [15]
   --spin-ms MS               churn: guest work under the lock [20]
   --engine-cycles N          engines: ADD+DEL cycles per engine [200]
+  --busy-cycles N            busy: ADD+DEL cycles per plugin [100]
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 5] = ["latency", "herd", "ordering", "churn", "engines"];
+const SCENARIOS: [&str; 6] = ["latency", "busy", "herd", "ordering", "churn", "engines"];
 
 struct Args {
     scenario: String,
@@ -48,6 +50,7 @@ struct Args {
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
+    busy: busy::Options,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
@@ -77,6 +80,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             spin_ms: 20,
         },
         engines: engines::Options { cycles: 200 },
+        busy: busy::Options { cycles: 100 },
     };
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -104,6 +108,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--interval-ms" => args.churn.interval_ms = num(value)?,
             "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
             "--engine-cycles" => args.engines.cycles = count(value)?,
+            "--busy-cycles" => args.busy.cycles = count(value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -120,6 +125,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),
+        "busy" => busy::run(&args.paths, &args.busy),
         other => return Err(format!("unknown scenario {other:?}")),
     }
     .map_err(|e| format!("{name}: {e}"))?;

@@ -1,20 +1,14 @@
 //! The `wasm-ipam` binary. Run by a container runtime it is a CNI plugin: the call
 //! arrives as CNI_* environment variables and a netconf on stdin, and the answer is
-//! JSON on stdout plus the exit code. Run with arguments, it serves operators; run as
-//! `compile-worker`, it is its own bounded compiler child (see `module::compile`).
+//! JSON on stdout plus the exit code. Run with arguments, it serves operators. It
+//! carries no compiler: on a cache miss it runs `wasm-ipam-compile` (see
+//! `module::compile`).
 
 use clap::Parser;
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(
-            wasm_ipam::module::compile::WORKER_COMMAND,
-        ))
-    {
-        return wasm_ipam::module::compile::worker();
-    }
     if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
         return operator(wasm_ipam::operator::cli::Cli::parse());
     }

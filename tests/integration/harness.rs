@@ -8,7 +8,34 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_wasm-ipam");
+/// The binary under test, copied into a directory of its own beside the compiler it
+/// runs on a cache miss, as an operator installs them. The compiler is built once per
+/// run, in its own target dir (its wasmtime has Cranelift, the binary's must not; and
+/// the outer cargo's lock is never contended).
+pub fn bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let target = workspace().join("target/compiler");
+        let status = Command::new(env!("CARGO"))
+            .current_dir(workspace())
+            .args(["build", "-p", "wasm-ipam-compiler", "--target-dir"])
+            .arg(&target)
+            .status()
+            .expect("run cargo to build the compiler");
+        assert!(status.success(), "building wasm-ipam-compile failed");
+        let dir = target.join("under-test");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (from, name) in [
+            (target.join("debug/wasm-ipam-compile"), "wasm-ipam-compile"),
+            (PathBuf::from(env!("CARGO_BIN_EXE_wasm-ipam")), "wasm-ipam"),
+        ] {
+            let to = dir.join(name);
+            let _ = std::fs::remove_file(&to);
+            std::fs::copy(&from, &to).unwrap();
+        }
+        dir.join("wasm-ipam")
+    })
+}
 
 /// Versions the plugin speaks; every round trip runs under each.
 pub const VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
@@ -247,7 +274,7 @@ impl<'a> Call<'a> {
 
     /// Starts the plugin with the environment a runtime sets, writing `stdin`.
     pub fn spawn_raw(&self, stdin: &[u8]) -> std::process::Child {
-        self.spawn_plugin(Path::new(BIN), stdin)
+        self.spawn_plugin(bin(), stdin)
     }
 
     /// Starts the CNI plugin `bin` (ours or a reference one) as a runtime would.
@@ -300,7 +327,7 @@ impl<'a> Call<'a> {
 /// Runs an operator command (`wasm-ipam list ...`), asserting it succeeds; its stdout.
 pub fn operator_command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> String {
     let args: Vec<S> = args.into_iter().collect();
-    let out = Command::new(BIN).args(&args).output().unwrap();
+    let out = Command::new(bin()).args(&args).output().unwrap();
     let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
     assert!(
         out.status.success(),
@@ -333,7 +360,7 @@ impl Call<'_> {
             .arg("--format=%M")
             .arg("--output")
             .arg(report.path())
-            .arg(BIN);
+            .arg(bin());
         let child = self.spawn_command(command, conf.to_string().as_bytes());
         let reply = reply(child.wait_with_output().unwrap());
         let wall = started.elapsed();

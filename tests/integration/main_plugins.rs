@@ -71,7 +71,7 @@ fn cni_path(node: &Node, main_plugin: &str) -> PathBuf {
         source.display()
     );
     std::os::unix::fs::symlink(&source, dir.join(main_plugin)).unwrap();
-    std::os::unix::fs::symlink(BIN, dir.join("wasm-ipam")).unwrap();
+    std::os::unix::fs::symlink(bin(), dir.join("wasm-ipam")).unwrap();
     dir
 }
 

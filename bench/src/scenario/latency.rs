@@ -26,11 +26,11 @@ const TRACED_CALLS: usize = 10;
 /// Unmeasured cycles first, so both plugins start with warm page caches.
 const WARMUP_CYCLES: usize = 5;
 /// wasm-ipam's warm ADD+DEL cycle must take at most this fraction of host-local's.
-const CYCLE_RATIO_TARGET: f64 = 0.8;
+const CYCLE_RATIO_TARGET: f64 = 0.7;
 /// The cold first call of examples/host-local must take less than this.
 const COLD_TARGET_MS: f64 = 300.0;
 /// wasm-ipam's peak memory must be within this multiple of host-local's.
-const MEMORY_RATIO_TARGET: f64 = 2.0;
+const MEMORY_RATIO_TARGET: f64 = 1.5;
 
 /// What one plugin's calls measured.
 #[derive(Default)]
@@ -385,7 +385,7 @@ fn section(opts: &Options, results: &Results) -> Section {
             ),
             pass: cycle_ratio <= CYCLE_RATIO_TARGET,
             miss: format!(
-                "{:.2}× over the target, {} slower than 0.8× host-local",
+                "{:.2}× over the target, {} slower than {CYCLE_RATIO_TARGET}× host-local",
                 cycle_ratio / CYCLE_RATIO_TARGET,
                 ms(wcyc.median() - CYCLE_RATIO_TARGET * hcyc.median())
             ),
@@ -402,12 +402,9 @@ fn section(opts: &Options, results: &Results) -> Section {
             pass: wcold.median() < COLD_TARGET_MS,
             miss: format!("{} over", ms(wcold.median() - COLD_TARGET_MS)),
         },
+        // The first call's peak (the compiler child's, counted in the call's as
+        // wait4 reports it) is in the table above, not a target.
         memory_target("peak memory, warm call", wmem.median(), hmem.median()),
-        memory_target(
-            "peak memory, first call (compiling)",
-            wcmem.median(),
-            hcmem.median(),
-        ),
     ];
     Section {
         title: "Per-call latency and memory".into(),
@@ -416,7 +413,7 @@ fn section(opts: &Options, results: &Results) -> Section {
     }
 }
 
-/// The peak-memory target: wasm-ipam's peak within 2× host-local's.
+/// The peak-memory target: wasm-ipam's peak within 1.5× host-local's.
 fn memory_target(name: &str, ours: f64, host_local: f64) -> Target {
     let ratio = ours / host_local;
     Target {

@@ -2,6 +2,7 @@
 //! compiled-module cache, launching a herd of concurrent calls, and reading the lock
 //! figures of a herd back from the invocation log.
 
+pub mod busy;
 pub mod churn;
 pub mod engines;
 pub mod herd;

@@ -23,11 +23,11 @@
 
 use crate::error::CniError;
 use crate::limits::Limits;
+use crate::module::engine::engine_identity;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
-use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -52,23 +52,9 @@ pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Feeds a `Hash` value into sha256, for a key stable across processes.
-struct Sha256Hasher(Sha256);
-
-impl Hasher for Sha256Hasher {
-    fn finish(&self) -> u64 {
-        unreachable!("only the digest is read")
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
-    }
-}
-
-/// The engine's compatibility hash (wasmtime version, target and settings), as hex.
-pub fn engine_key(engine: &Engine) -> String {
-    let mut hasher = Sha256Hasher(Sha256::new());
-    engine.precompile_compatibility_hash().hash(&mut hasher);
-    hex(&hasher.0.finalize()[..16])
+/// The engine's identity (wasmtime release, settings and target), as hex.
+pub fn engine_key() -> String {
+    hex(&Sha256::digest(engine_identity().as_bytes())[..16])
 }
 
 impl ModuleCache {
@@ -115,26 +101,23 @@ impl ModuleCache {
     }
 
     /// Where the artifact for `module_sha256` compiled by `engine` lives.
-    pub fn artifact_path(&self, engine: &Engine, module_sha256: &str) -> PathBuf {
-        self.path(engine, module_sha256, "cwasm")
+    pub fn artifact_path(&self, module_sha256: &str) -> PathBuf {
+        self.path(module_sha256, "cwasm")
     }
 
-    fn path(&self, engine: &Engine, module_sha256: &str, extension: &str) -> PathBuf {
-        self.dir.join(format!(
-            "{module_sha256}-{}.{extension}",
-            engine_key(engine)
-        ))
+    fn path(&self, module_sha256: &str, extension: &str) -> PathBuf {
+        self.dir
+            .join(format!("{module_sha256}-{}.{extension}", engine_key()))
     }
 
     /// Takes the per-artifact compile lock, waiting at most `timeout`; held until the
     /// returned file is dropped.
     pub fn lock_for_compile(
         &self,
-        engine: &Engine,
         module_sha256: &str,
         timeout: std::time::Duration,
     ) -> Result<fs::File, CacheError> {
-        let path = self.path(engine, module_sha256, "lock");
+        let path = self.path(module_sha256, "lock");
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -167,8 +150,8 @@ impl ModuleCache {
     }
 
     /// Why the compiler refused this module before, if it did.
-    pub fn refusal(&self, engine: &Engine, module_sha256: &str) -> Option<Refusal> {
-        let path = self.path(engine, module_sha256, "refused");
+    pub fn refusal(&self, module_sha256: &str) -> Option<Refusal> {
+        let path = self.path(module_sha256, "refused");
         let text = fs::read(path).ok()?;
         serde_json::from_slice::<RecordedRefusal>(&text)
             .ok()
@@ -176,12 +159,7 @@ impl ModuleCache {
     }
 
     /// Remembers that the compiler refused this module under these limits.
-    pub fn record_refusal(
-        &self,
-        engine: &Engine,
-        module_sha256: &str,
-        refusal: &Refusal,
-    ) -> Result<(), CacheError> {
+    pub fn record_refusal(&self, module_sha256: &str, refusal: &Refusal) -> Result<(), CacheError> {
         let recorded = RecordedRefusal {
             compile_timeout_ms: refusal.compile_time.as_millis() as u64,
             compile_memory: refusal.compile_memory,
@@ -190,7 +168,7 @@ impl ModuleCache {
             details: refusal.error.details.clone(),
         };
         let json = serde_json::to_vec(&recorded).expect("a plain struct serialises");
-        write_atomically(&self.path(engine, module_sha256, "refused"), &json)
+        write_atomically(&self.path(module_sha256, "refused"), &json)
     }
 
     /// Where the digest of the module at `module_path` is recorded.
@@ -232,7 +210,7 @@ impl ModuleCache {
         engine: &Engine,
         module_sha256: &str,
     ) -> Result<Option<Component>, CacheError> {
-        let path = self.artifact_path(engine, module_sha256);
+        let path = self.artifact_path(module_sha256);
         let fail = |what: String| CacheError(format!("artifact {}: {what}", path.display()));
         let file = match fs::File::options()
             .read(true)
@@ -248,7 +226,7 @@ impl ModuleCache {
             .map_err(|e| fail(format!("cannot inspect: {e}")))?;
         check_owned(&meta).map_err(|why| fail(format!("{why}; not loading it")))?;
         let identity = FileIdentity::of(&meta);
-        let sum_path = self.path(engine, module_sha256, "sum");
+        let sum_path = self.path(module_sha256, "sum");
         let sum = fs::read_to_string(&sum_path)
             .ok()
             .and_then(|text| Sum::parse(&text))
@@ -284,22 +262,14 @@ impl ModuleCache {
     }
 
     /// Stores a serialised artifact atomically, and its digest beside it.
-    pub fn store_artifact(
-        &self,
-        engine: &Engine,
-        module_sha256: &str,
-        artifact: &[u8],
-    ) -> Result<(), CacheError> {
-        let path = self.artifact_path(engine, module_sha256);
+    pub fn store_artifact(&self, module_sha256: &str, artifact: &[u8]) -> Result<(), CacheError> {
+        let path = self.artifact_path(module_sha256);
         write_atomically(&path, artifact)?;
         let meta = fs::symlink_metadata(&path)
             .map_err(|e| CacheError(format!("cannot inspect {}: {e}", path.display())))?;
         let sum = Sum::checked_now(hex(&Sha256::digest(artifact)), FileIdentity::of(&meta));
-        write_atomically(
-            &self.path(engine, module_sha256, "sum"),
-            sum.to_string().as_bytes(),
-        )?;
-        let _ = fs::remove_file(self.path(engine, module_sha256, "refused"));
+        write_atomically(&self.path(module_sha256, "sum"), sum.to_string().as_bytes())?;
+        let _ = fs::remove_file(self.path(module_sha256, "refused"));
         Ok(())
     }
 }
@@ -482,7 +452,6 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wasmtime::Config;
 
     const COMPONENT: &str = "(component (core module (func (export \"f\"))))";
 
@@ -490,24 +459,42 @@ mod tests {
     fn an_engine_with_other_settings_never_loads_the_artifact() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ModuleCache::open(&dir.path().join("c")).unwrap();
-        let mut config = Config::new();
-        config.epoch_interruption(true);
-        let engine_a = Engine::new(&config).unwrap();
-        config.epoch_interruption(false);
-        let engine_b = Engine::new(&config).unwrap();
-        assert_ne!(engine_key(&engine_a), engine_key(&engine_b));
+        let engine = Engine::new(&crate::module::engine::config()).unwrap();
+        let mut other = crate::module::engine::config();
+        other.epoch_interruption(false);
+        let other = Engine::new(&other).unwrap();
 
         let bytes = wat::parse_str(COMPONENT).unwrap();
-        let component = Component::new(&engine_a, &bytes).unwrap();
+        let component = Component::new(&engine, &bytes).unwrap();
         cache
-            .store_artifact(&engine_a, "abc", &component.serialize().unwrap())
+            .store_artifact("abc", &component.serialize().unwrap())
             .unwrap();
-        assert!(cache.load(&engine_a, "abc").unwrap().is_some());
-        assert!(
-            cache.load(&engine_b, "abc").unwrap().is_none(),
-            "keyed by the engine's hash"
+        assert!(cache.load(&engine, "abc").unwrap().is_some());
+        // Settings are in the key (ENGINE_SETTINGS) and, should a change miss it, in
+        // the artifact's own header, which wasmtime checks: refused, never run.
+        let Err(refused) = cache.load(&other, "abc") else {
+            panic!("an artifact of other settings was loaded");
+        };
+        assert!(refused.0.contains("wasmtime refused it"), "{}", refused.0);
+        assert!(cache.load(&engine, "other-module").unwrap().is_none());
+    }
+
+    #[test]
+    fn the_key_names_the_wasmtime_release_this_host_is_built_with() {
+        let lock = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"))
+            .expect("the workspace's Cargo.lock");
+        let locked = lock
+            .split("[[package]]")
+            .find(|p| p.contains("\nname = \"wasmtime\"\n"))
+            .and_then(|p| p.lines().find_map(|l| l.strip_prefix("version = \"")))
+            .map(|v| v.trim_end_matches('"'))
+            .expect("wasmtime in Cargo.lock");
+        assert_eq!(
+            crate::module::engine::WASMTIME_VERSION,
+            locked,
+            "update WASMTIME_VERSION with wasmtime, so no artifact of the old release is looked up"
         );
-        assert!(cache.load(&engine_a, "other-module").unwrap().is_none());
+        assert!(engine_identity().contains(locked));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Cranelift's time and memory grow with the shape of a module's code, not its size
 //! (a crafted 0.6 MB module took 14 s and 857 MB), so a compile is bounded like the
-//! module itself: the child (this binary, `wasm-ipam compile-worker`) runs under
+//! module itself: the child (`wasm-ipam-compile`, installed next to `wasm-ipam`, which
+//! itself carries no compiler) runs under
 //! `RLIMIT_DATA` = `compileMemoryMiB` and is killed at `compileTimeoutSeconds`.
 //! Compiling happens before the IPAM lock is taken, so it never holds the lock; a herd
 //! of calls for a new module waits on one per-digest lock in the cache directory while
@@ -16,16 +17,16 @@ use crate::module::cache::{ModuleCache, Refusal};
 use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-/// The hidden subcommand that runs the compiler child.
-pub const WORKER_COMMAND: &str = "compile-worker";
-/// Exit code of a worker whose input is not a valid component.
-const INVALID_COMPONENT: i32 = 2;
+/// The compiler's file name, looked up next to this binary.
+pub const COMPILER: &str = "wasm-ipam-compile";
+/// Exit code of a compiler whose input is not a valid component.
+pub const INVALID_COMPONENT: u8 = 2;
 /// How much of the worker's stderr is kept for the error's details.
 const STDERR_BYTES: u64 = 16 << 10;
 
@@ -50,11 +51,7 @@ pub fn compiled(
     // Wait for whoever compiles this digest now; its compile is bounded, so the wait
     // is too.
     let _compiling = cache
-        .lock_for_compile(
-            engine,
-            sha256,
-            limits.compile_time * 2 + Duration::from_secs(5),
-        )
+        .lock_for_compile(sha256, limits.compile_time * 2 + Duration::from_secs(5))
         .map_err(|e| {
             CniError::new(
                 code::TRY_AGAIN_LATER,
@@ -64,7 +61,7 @@ pub fn compiled(
     if let Some(component) = cached(cache, engine, sha256) {
         return Ok((component, true));
     }
-    if let Some(refusal) = cache.refusal(engine, sha256)
+    if let Some(refusal) = cache.refusal(sha256)
         && refusal.covers(limits)
     {
         let details = format!(
@@ -75,14 +72,14 @@ pub fn compiled(
     }
     match compile_in_child(&module()?, path, limits) {
         Ok(artifact) => {
-            if let Err(e) = cache.store_artifact(engine, sha256, &artifact) {
+            if let Err(e) = cache.store_artifact(sha256, &artifact) {
                 tracing::warn!(target: "cache", "{e}");
             }
             Ok((deserialize(engine, &artifact)?, false))
         }
         Err(Compile::Refused(error)) => {
             let refusal = Refusal::new(limits, error);
-            if let Err(e) = cache.record_refusal(engine, sha256, &refusal) {
+            if let Err(e) = cache.record_refusal(sha256, &refusal) {
                 tracing::warn!(target: "cache", "{e}");
             }
             Err(refusal.error)
@@ -134,14 +131,13 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
             .with_details(e),
         )
     };
-    let exe = std::env::current_exe().map_err(|e| failed("find", e))?;
+    let exe = compiler().map_err(|e| failed("find", e))?;
     let memory = limits.compile_memory;
     // CPU time is a backstop for the wall-clock kill: parallel compilation may use
     // every core, so allow it a multiple of the wall time.
     let cpu_seconds = limits.compile_time.as_secs() * 4 + 2;
     let mut command = Command::new(exe);
     command
-        .arg(WORKER_COMMAND)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -205,7 +201,7 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
         Err(out_of_memory())
     } else if let (Ok(Ok(artifact)), true) = (read, status.success()) {
         Ok(artifact)
-    } else if status.code() == Some(INVALID_COMPONENT) {
+    } else if status.code() == Some(i32::from(INVALID_COMPONENT)) {
         Err(
             refused(format!("{name} is not a valid WebAssembly component"))
                 .with_details(errors.trim()),
@@ -230,6 +226,24 @@ impl Compile {
     }
 }
 
+/// `wasm-ipam-compile` in this binary's directory: where the runtime found us is where
+/// the operator installed both, and nothing else is searched.
+fn compiler() -> std::io::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(COMPILER);
+    if !path.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "{} is not installed: install it next to {} to compile modules on first use, or fill the cache with `wasm-ipam precompile` where it is",
+                path.display(),
+                exe.display()
+            ),
+        ));
+    }
+    Ok(path)
+}
+
 fn mentions_out_of_memory(stderr: &str) -> bool {
     stderr.contains("memory allocation of") || stderr.contains("Cannot allocate memory")
 }
@@ -244,34 +258,4 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
-}
-
-/// The compiler child: a component on stdin, its serialised artifact on stdout.
-pub fn worker() -> ExitCode {
-    let mut module = Vec::new();
-    if let Err(e) = std::io::stdin().read_to_end(&mut module) {
-        eprintln!("cannot read the module: {e}");
-        return ExitCode::FAILURE;
-    }
-    let engine = match crate::module::engine::engine() {
-        Ok(engine) => engine,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let artifact = match Component::from_binary(&engine, &module).and_then(|c| c.serialize()) {
-        Ok(artifact) => artifact,
-        Err(e) => {
-            eprintln!("{e:#}");
-            return ExitCode::from(INVALID_COMPONENT as u8);
-        }
-    };
-    match std::io::stdout().lock().write_all(&artifact) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cannot write the artifact: {e}");
-            ExitCode::FAILURE
-        }
-    }
 }

@@ -77,12 +77,34 @@ pub struct GuestOutcome {
     pub state: GuestState,
 }
 
-/// The one engine configuration, shared by calls and the compiler child so artifacts
-/// compiled by one load in the other.
-pub fn engine() -> Result<Engine, CniError> {
+/// The one engine configuration, shared by calls and the compiler
+/// (`wasm-ipam-compile`) so artifacts compiled by one load in the other. Change
+/// [`ENGINE_SETTINGS`] with it: the cache keys artifacts by them.
+pub fn config() -> Config {
     let mut config = Config::new();
     config.epoch_interruption(true);
-    Engine::new(&config).map_err(engine_error)
+    config
+}
+
+/// What [`config`] sets, for the cache key.
+pub const ENGINE_SETTINGS: &str = "epoch_interruption";
+/// The wasmtime release this host is built with, for the cache key; a unit test keeps
+/// it equal to Cargo.lock's, so an upgrade changes every key.
+pub const WASMTIME_VERSION: &str = "48.0.8";
+
+/// What compiled code depends on besides the module: wasmtime's release, the settings
+/// and the target. wasmtime still checks an artifact's own header when loading it
+/// (settings, CPU features), so a key that failed to change would be refused, not run.
+pub fn engine_identity() -> String {
+    format!(
+        "wasmtime {WASMTIME_VERSION}; {ENGINE_SETTINGS}; {}-{}",
+        std::env::consts::ARCH,
+        std::env::consts::OS
+    )
+}
+
+pub fn engine() -> Result<Engine, CniError> {
+    Engine::new(&config()).map_err(engine_error)
 }
 
 impl ModuleHost {
