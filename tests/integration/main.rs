@@ -13,3 +13,4 @@ mod hostile;
 mod main_plugins;
 mod operators;
 mod protocol;
+mod store;
