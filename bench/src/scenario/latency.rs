@@ -268,29 +268,50 @@ fn section(opts: &Options, results: &Results) -> Section {
         ],
     );
 
-    // Where a warm wasm-ipam call's time goes, from its own log line.
+    // Where a warm wasm-ipam call's time goes, from the code's own timings.
     let adds: Vec<&Invocation> = warm_log.iter().filter(|i| i.command == "ADD").collect();
     let wall = ms_of(&w.adds).median();
-    let total: Samples = adds.iter().map(|i| i.total_ms).collect();
-    let hold: Samples = adds.iter().map(|i| i.lock_hold_ms).collect();
-    let guest: Samples = adds.iter().map(|i| i.budget_used_ms).collect();
-    let before_lock: Samples = adds
-        .iter()
-        .map(|i| i.total_ms - i.lock_wait_ms - i.lock_hold_ms)
-        .collect();
-    body += &format!(
-        "\nWhere a warm wasm-ipam ADD's {} goes (medians; from its log line): process \
-         start, netconf parsing and exit ≈ {} (spawn-to-reap minus the logged `total_ms` \
-         of {}); engine set-up and loading the cached module before the lock ≈ {}; under \
-         the lock {} (`lock_hold_ms`), of which {} from the grant to the guest's return \
-         (`budget_used_ms`: store open, instantiation, the handler) and the rest \
-         committing the store and releasing the lock.\n",
-        ms(wall),
-        ms(wall - total.median()),
-        ms(total.median()),
-        ms(before_lock.median()),
-        ms(hold.median()),
-        ms(guest.median()),
+    let median =
+        |f: fn(&Invocation) -> f64| adds.iter().map(|i| f(i)).collect::<Samples>().median();
+    let total = median(|i| i.total_ms);
+    let load = median(|i| i.load_ms);
+    let lock_wait = median(|i| i.lock_wait_ms);
+    let hold = median(|i| i.lock_hold_ms);
+    let store_open = median(|i| i.store_open_ms);
+    let guest = median(|i| i.budget_used_ms - i.store_open_ms);
+    let commit = median(|i| i.commit_ms);
+    body += "\nWhere a warm wasm-ipam ADD's time goes, medians of the phases each call's log \
+             line reports (`load_ms`, `lock_wait_ms`, `lock_hold_ms`, `store_open_ms`, \
+             `budget_used_ms`, `commit_ms`, `total_ms`); process start and exit is the \
+             spawn-to-reap time less the logged `total_ms`:\n\n";
+    body += &table(
+        &["phase", "median"],
+        &[
+            vec!["spawn to reap (as measured above)".into(), ms(wall)],
+            vec![
+                "process start, exit, reading stdin".into(),
+                ms(wall - total),
+            ],
+            vec![
+                "parsing the call and the netconf, logging".into(),
+                ms(total - load - lock_wait - hold),
+            ],
+            vec![
+                "before the lock: engine, linker, cached module (`load_ms`)".into(),
+                ms(load),
+            ],
+            vec![
+                "waiting for the lock (`lock_wait_ms`)".into(),
+                ms(lock_wait),
+            ],
+            vec!["under the lock (`lock_hold_ms`)".into(), ms(hold)],
+            vec![
+                "· opening the store (`store_open_ms`)".into(),
+                ms(store_open),
+            ],
+            vec!["· instantiating and running the handler".into(), ms(guest)],
+            vec!["· committing its writes (`commit_ms`)".into(), ms(commit)],
+        ],
     );
     if let Some(s) = syncs {
         body += &format!(

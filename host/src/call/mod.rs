@@ -54,9 +54,15 @@ struct Report {
 struct Timings {
     /// Wall-clock instant of the grant, for ordering calls across processes.
     granted: SystemTime,
+    /// Before the lock: engine and linker set-up, reading or compiling the module.
+    load: Duration,
     lock_wait: Duration,
     lock_hold: Duration,
+    /// Of the hold: opening the store, then the grant to the guest's return, then
+    /// committing its writes.
+    store_open: Duration,
     budget_used: Duration,
+    commit: Duration,
 }
 
 /// `json` is the netconf as [`handle`] decoded it, once; VERSION needs no netconf, so
@@ -116,11 +122,13 @@ fn locked_call(
     call: Call,
 ) -> (Result<Option<IpamResult>, CniError>, Report) {
     let mut report = Report::default();
+    let loading = Instant::now();
     let module = match load(conf) {
         Ok(module) => module,
         Err(e) => return (Err(e), report),
     };
     report.from_cache = module.module.from_cache;
+    let load = loading.elapsed();
     let lock = match lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout) {
         Ok(lock) => lock,
         Err(e) => return (Err(e), report),
@@ -133,9 +141,12 @@ fn locked_call(
     report.log_dropped = guest.log_dropped;
     report.timings = Some(Timings {
         granted: deadline.granted_wall(),
+        load,
         lock_wait,
         lock_hold: deadline.elapsed(),
+        store_open: guest.store_open,
         budget_used: guest.budget_used,
+        commit: guest.commit,
     });
     (result, report)
 }
@@ -162,8 +173,11 @@ struct Loaded {
 }
 
 /// What the guest's run measured, for the log line.
+#[derive(Default)]
 struct GuestReport {
+    store_open: Duration,
     budget_used: Duration,
+    commit: Duration,
     log_dropped: u64,
 }
 
@@ -177,14 +191,12 @@ fn run_guest(
     deadline: Deadline,
     call: Call,
 ) -> (Result<Option<IpamResult>, CniError>, GuestReport) {
-    let mut report = GuestReport {
-        budget_used: Duration::ZERO,
-        log_dropped: 0,
-    };
+    let mut report = GuestReport::default();
     let store = match store::open(&conf.ipam.data_dir) {
         Ok(store) => store,
         Err(e) => return (Err(e), report),
     };
+    report.store_open = deadline.elapsed();
     let limits = &conf.ipam.limits;
     let state = GuestState::new(
         GuestStore::new(store, conf.name.clone(), deadline, limits.host_memory),
@@ -208,6 +220,7 @@ fn run_guest(
             store.commit(&conf.name, &changes, quota, &|| deadline.expired())?;
             Ok(result)
         });
+    report.commit = deadline.elapsed() - report.budget_used;
     (result, report)
 }
 
@@ -252,18 +265,10 @@ fn log_invocation(
     result: &Result<Option<IpamResult>, CniError>,
 ) {
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    let (granted, lock_wait, lock_hold, budget_used) = report
-        .timings
-        .as_ref()
-        .map(|t| {
-            let granted = t.granted.duration_since(UNIX_EPOCH).unwrap_or_default();
-            (
-                ms(granted),
-                ms(t.lock_wait),
-                ms(t.lock_hold),
-                ms(t.budget_used),
-            )
-        })
+    let timings = report.timings.as_ref();
+    let phase = |f: fn(&Timings) -> Duration| timings.map(|t| ms(f(t))).unwrap_or_default();
+    let granted = timings
+        .map(|t| ms(t.granted.duration_since(UNIX_EPOCH).unwrap_or_default()))
         .unwrap_or_default();
     let (outcome, error_code, error) = match result {
         Ok(_) => ("ok", 0, String::new()),
@@ -276,9 +281,12 @@ fn log_invocation(
         ifname = %invocation.ifname,
         network = %conf.name,
         lock_granted_unix_ms = granted,
-        lock_wait_ms = lock_wait,
-        lock_hold_ms = lock_hold,
-        budget_used_ms = budget_used,
+        load_ms = phase(|t| t.load),
+        lock_wait_ms = phase(|t| t.lock_wait),
+        lock_hold_ms = phase(|t| t.lock_hold),
+        store_open_ms = phase(|t| t.store_open),
+        budget_used_ms = phase(|t| t.budget_used),
+        commit_ms = phase(|t| t.commit),
         budget_ms = ms(conf.ipam.deadline),
         total_ms = ms(started.elapsed()),
         module_cached = report.from_cache,
