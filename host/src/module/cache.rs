@@ -2,8 +2,9 @@
 //! hundreds of milliseconds per call; loading a precompiled artifact costs about one.
 //!
 //! Artifacts are native code that wasmtime loads without validation, so the rules are:
-//! - the key is the module's sha256 plus the engine's compatibility hash (wasmtime
-//!   version and settings), so an upgrade or config change never loads a stale one;
+//! - the key is the module's sha256 plus the engine's identity (wasmtime release,
+//!   settings and target: `engine::engine_identity`), so an upgrade or config change
+//!   never looks up a stale one, and wasmtime still checks the artifact's header;
 //! - the directory must be owned by the running user and writable by nobody else,
 //!   otherwise the cache is refused (the caller compiles instead); so must each
 //!   artifact file;
@@ -251,8 +252,8 @@ impl ModuleCache {
                 tracing::warn!(target: "cache", "{e}");
             }
         }
-        // SAFETY: the file is an artifact this program serialised with an engine of
-        // the same compatibility hash, owned by this user in a directory only this user
+        // SAFETY: the file is an artifact our compiler serialised with an engine of
+        // the same identity (and wasmtime checks its header against this engine), owned by this user in a directory only this user
         // can write, and its contents are those whose digest was checked (its identity
         // is unchanged since). Artifacts are replaced by rename, never rewritten in
         // place, so the mapping stays valid.
