@@ -8,32 +8,20 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The binary under test, copied into a directory of its own beside the compiler it
-/// runs on a cache miss, as an operator installs them. The compiler is built once per
-/// run, in its own target dir (its wasmtime has Cranelift, the binary's must not; and
-/// the outer cargo's lock is never contended).
+/// The binary under test. On a cache miss it runs `wasm-ipam-compile` from its own
+/// directory, as installed; `cargo test --workspace` builds the compiler there (for
+/// its own integration test), in the same build and so with the same engine.
 pub fn bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let target = workspace().join("target/compiler");
-        let status = Command::new(env!("CARGO"))
-            .current_dir(workspace())
-            .args(["build", "-p", "wasm-ipam-compiler", "--target-dir"])
-            .arg(&target)
-            .status()
-            .expect("run cargo to build the compiler");
-        assert!(status.success(), "building wasm-ipam-compile failed");
-        let dir = target.join("under-test");
-        std::fs::create_dir_all(&dir).unwrap();
-        for (from, name) in [
-            (target.join("debug/wasm-ipam-compile"), "wasm-ipam-compile"),
-            (PathBuf::from(env!("CARGO_BIN_EXE_wasm-ipam")), "wasm-ipam"),
-        ] {
-            let to = dir.join(name);
-            let _ = std::fs::remove_file(&to);
-            std::fs::copy(&from, &to).unwrap();
-        }
-        dir.join("wasm-ipam")
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_wasm-ipam"));
+        let compiler = bin.with_file_name("wasm-ipam-compile");
+        assert!(
+            compiler.is_file(),
+            "{} is missing: run the suite with `cargo test --workspace` (scripts/test.sh does), which builds it",
+            compiler.display()
+        );
+        bin
     })
 }
 
