@@ -294,7 +294,9 @@ fn section(opts: &Options, results: &Results) -> Section {
             ],
             vec![
                 "parsing the call and the netconf, logging".into(),
-                ms(total - load - lock_wait - hold),
+                ms(median(|i| {
+                    i.total_ms - i.load_ms - i.lock_wait_ms - i.lock_hold_ms
+                })),
             ],
             vec![
                 "before the lock: engine, linker, cached module (`load_ms`)".into(),
