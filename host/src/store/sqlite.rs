@@ -414,7 +414,12 @@ impl Store for SqliteStore {
             return Err(too_late(changes));
         }
         tx.commit().map_err(fail)?;
-        self.fold_log()
+        // The commit is durable: a fold that fails (a full disk, say) only leaves the
+        // log longer for the next commit to fold, so it must not fail the call.
+        if let Err(e) = self.fold_log() {
+            tracing::warn!(target: "store", "{e}; the log is folded by a later commit");
+        }
+        Ok(())
     }
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
