@@ -10,7 +10,7 @@ pub mod queue;
 
 use crate::error::{CniError, code};
 use queue::Ticket;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
@@ -83,7 +83,9 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
     let failed = |e| lock_failed(path, e);
     let mut ticket = Ticket::join(&dir, false).map_err(failed)?;
     let free = match ticket.as_mut() {
-        Some(ticket) => ticket.wait(false).map_err(failed)? && try_flock(&file).map_err(failed)?,
+        Some(ticket) => {
+            ticket.wait(false).map_err(failed)? && queue::flock(&file, false).map_err(failed)?
+        }
         None => false,
     };
     let (ticket, file) = match (ticket, free) {
@@ -112,14 +114,6 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
         granted_wall: SystemTime::now(),
         waited: granted - started,
     })
-}
-
-fn try_flock(file: &File) -> std::io::Result<bool> {
-    match file.try_lock() {
-        Ok(()) => Ok(true),
-        Err(TryLockError::WouldBlock) => Ok(false),
-        Err(TryLockError::Error(e)) => Err(e),
-    }
 }
 
 /// Runs the blocking `wait` on another thread and stops listening at `timeout`. If

@@ -50,7 +50,7 @@ fn next_ticket_from_nodes(dir: &Path) -> io::Result<u64> {
 }
 
 /// Takes `file`'s flock, waiting only when `block`; `Ok(false)` if it would block.
-fn flock(file: &File, block: bool) -> io::Result<bool> {
+pub(super) fn flock(file: &File, block: bool) -> io::Result<bool> {
     if block {
         return file.lock().map(|()| true);
     }
