@@ -120,6 +120,25 @@ impl SqliteStore {
     }
 }
 
+/// How every connection opens its file: read-write, never creating it (the store
+/// makes its files itself, private), never through a symlink.
+const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
+    .union(OpenFlags::SQLITE_OPEN_NO_MUTEX)
+    .union(OpenFlags::SQLITE_OPEN_NOFOLLOW);
+
+/// Creates (or, unless `create_new`, opens) one of the store's files, mode 0600
+/// whatever the umask and never through a symlink.
+fn private_file(path: &Path, create_new: bool) -> std::io::Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create(!create_new)
+        .create_new(create_new)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// Opens an existing database file (never creating one) with the per-call tuning.
 fn connect(path: &Path) -> Result<Connection, CniError> {
     let opening = |e: rusqlite::Error| match e.sqlite_error_code() {
@@ -128,13 +147,7 @@ fn connect(path: &Path) -> Result<Connection, CniError> {
         }
         _ => store_error(&format!("cannot open {}", path.display()), e),
     };
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-    )
-    .map_err(opening)?;
+    let conn = Connection::open_with_flags(path, OPEN_FLAGS).map_err(opening)?;
     ensure_log(path)
         .map_err(|e| store_error(&format!("cannot create the log of {}", path.display()), e))?;
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
@@ -161,13 +174,7 @@ fn ensure_log(path: &Path) -> std::io::Result<()> {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         Err(_) => {}
     }
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&log)?;
+    private_file(&log, false)?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
@@ -230,21 +237,9 @@ fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
     }
     // SQLite creates its files with mode 0644; made empty here, the database (and
     // the log, which SQLite gives the database's mode) is 0600 whatever the umask.
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&temp)
-        .map_err(|e| creating(&e))?;
+    private_file(&temp, true).map_err(|e| creating(&e))?;
     let migrated = {
-        let mut conn = Connection::open_with_flags(
-            &temp,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_NOFOLLOW,
-        )
-        .map_err(|e| creating(&e))?;
+        let mut conn = Connection::open_with_flags(&temp, OPEN_FLAGS).map_err(|e| creating(&e))?;
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
             .map_err(|e| creating(&e))?;
         let tx = conn.transaction().map_err(|e| creating(&e))?;
