@@ -6,7 +6,7 @@
 //!   (`ip/<addr>` = id, `meta/<addr>` = a small JSON, `last` = addr) and the usage.
 //! - del: read the usage and `ip/<addr>`, then commit two deletes and the usage.
 //!
-//! `sqlite` is the host's store (host/src/store/sqlite.rs) with its per-call tuning;
+//! `sqlite` is the host's store itself (`wasm_ipam::store`, host/src/store/sqlite.rs);
 //! `redb` is v0.1's (redb 4, a 4 MiB cache, one durable write transaction).
 
 use std::collections::BTreeMap;
@@ -72,188 +72,17 @@ fn read_key(command: &str, id: &str) -> String {
 }
 
 mod sqlite {
-    //! The host's SQLite store, reduced to what one call does (no migration, no quota).
-    use super::{Changes, Error, Usage};
-    use rusqlite::config::DbConfig;
-    use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
-    use std::fs::{self, File, OpenOptions};
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    use std::path::{Path, PathBuf};
-
-    const DATABASE_FILE: &str = "store.sqlite";
-    const APPLICATION_ID: i32 = 0x5749_504d;
-    const SCHEMA_VERSION: i32 = 1;
-    const SCHEMA: &str = "
-        CREATE TABLE entries (
-            network TEXT NOT NULL,
-            key TEXT NOT NULL,
-            value BLOB NOT NULL,
-            PRIMARY KEY (network, key)
-        ) WITHOUT ROWID;
-        CREATE TABLE usage (
-            network TEXT NOT NULL PRIMARY KEY,
-            entries INTEGER NOT NULL,
-            bytes INTEGER NOT NULL
-        ) WITHOUT ROWID;
-    ";
-    const CHECKPOINT_BYTES: u64 = 256 << 10;
-    const CACHE_KIB: i64 = 2048;
-
-    fn flags() -> OpenFlags {
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX
-            | OpenFlags::SQLITE_OPEN_NOFOLLOW
-    }
-
-    fn sidecar(path: &Path, suffix: &str) -> PathBuf {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        PathBuf::from(name)
-    }
-
-    fn sync_dir(dir: &Path) -> std::io::Result<()> {
-        File::open(dir)?.sync_all()
-    }
-
-    fn private_file(path: &Path, create_new: bool) -> std::io::Result<File> {
-        OpenOptions::new()
-            .write(true)
-            .create(!create_new)
-            .create_new(create_new)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-    }
-
-    /// As the host's `create`: built under a temporary name, synced, renamed, the
-    /// directory synced.
-    fn create(dir: &Path, path: &Path) -> Result<(), Error> {
-        let temp = sidecar(path, ".new");
-        for leftover in [
-            temp.clone(),
-            sidecar(&temp, "-wal"),
-            sidecar(&temp, "-journal"),
-        ] {
-            match fs::remove_file(&leftover) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
-        private_file(&temp, true)?;
-        let mut conn = Connection::open_with_flags(&temp, flags())?;
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))?;
-        let tx = conn.transaction()?;
-        tx.execute_batch(&format!(
-            "PRAGMA application_id = {APPLICATION_ID};
-             PRAGMA user_version = {SCHEMA_VERSION};
-             {SCHEMA}"
-        ))?;
-        tx.commit()?;
-        conn.close().map_err(|(_, e)| e)?;
-        File::open(&temp)?.sync_all()?;
-        fs::rename(&temp, path)?;
-        sync_dir(dir)?;
-        Ok(())
-    }
-
-    /// As the host's `connect` and `check_identity`.
-    fn connect(path: &Path) -> Result<Connection, Error> {
-        let conn = Connection::open_with_flags(path, flags())?;
-        let log = sidecar(path, "-wal");
-        match fs::symlink_metadata(&log) {
-            Ok(_) => {}
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            Err(_) => {
-                private_file(&log, false)?;
-                sync_dir(path.parent().unwrap_or(Path::new(".")))?;
-            }
-        }
-        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-        conn.execute_batch(&format!(
-            "PRAGMA locking_mode = EXCLUSIVE;
-             PRAGMA synchronous = FULL;
-             PRAGMA wal_autocheckpoint = 0;
-             PRAGMA cache_size = -{CACHE_KIB};"
-        ))?;
-        let pragma = |name: &str| conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0));
-        if pragma("application_id")? != i64::from(APPLICATION_ID)
-            || pragma("user_version")? != i64::from(SCHEMA_VERSION)
-        {
-            return Err(format!("{} is not a wasm-ipam store", path.display()).into());
-        }
-        Ok(conn)
-    }
-
-    fn usage(conn: &Connection, network: &str) -> rusqlite::Result<Usage> {
-        let row = conn
-            .prepare_cached("SELECT entries, bytes FROM usage WHERE network = ?1")?
-            .query_row([network], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-            })
-            .optional()?;
-        Ok(row.map_or(Usage::default(), |(entries, bytes)| Usage {
-            entries: entries as u64,
-            bytes: bytes as u64,
-        }))
-    }
+    //! The host's own store, opened, read and committed as a call does it.
+    use super::{Changes, Error};
+    use std::path::Path;
+    use wasm_ipam::store::{self, Quota};
 
     pub fn call(dir: &Path, network: &str, read: &str, changes: &Changes) -> Result<(), Error> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-        let path = dir.join(DATABASE_FILE);
-        match fs::symlink_metadata(&path) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(dir, &path)?,
-            Err(e) => return Err(e.into()),
-        }
-        let mut conn = connect(&path)?;
+        let mut store = store::open(dir)?;
         // What the module reads before it stages its changes.
-        usage(&conn, network)?;
-        conn.prepare_cached("SELECT value FROM entries WHERE network = ?1 AND key = ?2")?
-            .query_row([network, read], |r| r.get::<_, Vec<u8>>(0))
-            .optional()?;
-        // The host's commit.
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut after = usage(&tx, network)?;
-        {
-            let mut old_len = tx.prepare_cached(
-                "SELECT length(value) FROM entries WHERE network = ?1 AND key = ?2",
-            )?;
-            let mut upsert = tx.prepare_cached(
-                "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
-            )?;
-            let mut delete =
-                tx.prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")?;
-            for (key, change) in changes {
-                let old: Option<i64> =
-                    old_len.query_row([network, key], |r| r.get(0)).optional()?;
-                after.apply(key, old.map(|n| n as u64), change.as_deref());
-                match change {
-                    Some(value) => {
-                        upsert.execute(params![network, key, value])?;
-                    }
-                    None if old.is_some() => {
-                        delete.execute([network, key])?;
-                    }
-                    None => {}
-                }
-            }
-        }
-        tx.execute(
-            "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
-             ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
-            params![network, after.entries as i64, after.bytes as i64],
-        )?;
-        tx.commit()?;
-        // The host's fold: once the log is past 256 KiB, checkpoint and truncate it.
-        let size = fs::metadata(sidecar(&path, "-wal")).map_or(0, |m| m.len());
-        if size > CHECKPOINT_BYTES {
-            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        }
+        store.usage(network)?;
+        store.get(network, read)?;
+        store.commit(network, changes, Quota::UNLIMITED, &|| false)?;
         Ok(())
     }
 }

@@ -249,7 +249,7 @@ pub fn run(opts: &Options) -> io::Result<Section> {
          three puts (`ip/<addr>`, `meta/<addr>`, `last`) and the usage; a DEL reads, then \
          commits two deletes and the usage. `redb` is v0.1's store (redb 4, 4 MiB cache, \
          one write transaction with its default, immediate durability); `sqlite` is the \
-         current store with the host's per-call tuning (WAL, `synchronous=FULL`, \
+         host's own store (`wasm_ipam::store`) with its per-call tuning (WAL, `synchronous=FULL`, \
          exclusive locking, no checkpoint on close, the log folded past 256 KiB). Both \
          ran on this machine in this run, each on a fresh store in {fs}, after \
          {WARM_CYCLES} unmeasured cycles each, then {cycles} ADD+DEL cycles per engine \
