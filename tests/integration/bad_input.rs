@@ -147,7 +147,8 @@ fn module_with_an_unprovided_import_is_refused_listing_it() {
     let component = wat::parse_str(
         r#"(component
              (import "evil:net/raw-socket@1.0.0" (instance))
-             (import "wasi:http/outgoing-handler@0.2.0" (instance)))"#,
+             (import "wasi:http/outgoing-handler@0.2.0" (instance))
+             (import "wasi:io/secrets@0.2.0" (instance)))"#,
     )
     .unwrap();
     let path = node.dir.path().join("imports.wasm");
@@ -165,6 +166,12 @@ fn module_with_an_unprovided_import_is_refused_listing_it() {
     );
     assert!(
         reply.msg().contains("wasi:http/outgoing-handler@0.2.0"),
+        "{}",
+        reply.msg()
+    );
+    // WASI is provided interface by interface, not by package.
+    assert!(
+        reply.msg().contains("wasi:io/secrets@0.2.0"),
         "{}",
         reply.msg()
     );

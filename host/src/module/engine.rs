@@ -34,21 +34,13 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// How much of a trap's backtrace goes to the log (deep recursion makes long ones).
 const TRAP_LOG_BYTES: usize = 16 << 10;
 
-/// Interfaces a module may import: ours, and WASI 0.2 (linked with no capabilities),
-/// which Rust's std for wasm32-wasip2 imports as soon as a module formats or panics.
-const PROVIDED_IMPORTS: &[&str] = &[
-    "cni:ipam/",
-    "wasi:io/",
-    "wasi:cli/",
-    "wasi:clocks/",
-    "wasi:random/",
-    "wasi:filesystem/",
-    "wasi:sockets/",
-];
+/// The interfaces of ours a module may import. Besides these, it may import WASI 0.2
+/// (linked with no capabilities; see [`crate::module::wasi`]), which Rust's std for
+/// wasm32-wasip2 imports as soon as a module formats or panics.
+const CNI_IMPORTS: &str = "cni:ipam/";
 
 pub struct ModuleHost {
     engine: Engine,
-    linker: Linker<GuestState>,
 }
 
 /// A compiled, linked module ready to instantiate.
@@ -109,9 +101,13 @@ pub fn engine() -> Result<Engine, CniError> {
 
 impl ModuleHost {
     pub fn new() -> Result<Self, CniError> {
-        let engine = engine()?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
+        Ok(ModuleHost { engine: engine()? })
+    }
+
+    /// A linker with our interfaces and the WASI interfaces in `wasi` (each linked
+    /// once, whatever versions of it are imported).
+    fn linker(&self, wasi: &[crate::module::wasi::Link]) -> Result<Linker<GuestState>, CniError> {
+        let mut linker = Linker::new(&self.engine);
         let l = &mut linker;
         bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
             .map_err(engine_error)?;
@@ -119,7 +115,10 @@ impl ModuleHost {
             .map_err(engine_error)?;
         bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
             .map_err(engine_error)?;
-        Ok(ModuleHost { engine, linker })
+        for link in wasi {
+            link(l).map_err(engine_error)?;
+        }
+        Ok(linker)
     }
 
     /// Reads, verifies, compiles (or loads from `cache`) and links the module at `path`.
@@ -147,15 +146,21 @@ impl ModuleHost {
         let read = || bytes.map_or_else(|| module.read(), Ok);
         let (component, from_cache) =
             crate::module::compile::compiled(&self.engine, read, &sha256, path, cache, limits)?;
-        let unsupported: Vec<String> = component
-            .component_type()
-            .imports(&self.engine)
-            .filter(|(name, item)| {
-                !matches!(item.ty, ComponentItem::ComponentInstance(_))
-                    || !PROVIDED_IMPORTS.iter().any(|p| name.starts_with(p))
-            })
-            .map(|(name, _)| name.to_string())
-            .collect();
+        let mut unsupported = Vec::new();
+        let (mut wasi, mut links) = (Vec::new(), Vec::new());
+        for (name, item) in component.component_type().imports(&self.engine) {
+            match (&item.ty, crate::module::wasi::interface(name)) {
+                (ComponentItem::ComponentInstance(_), Some(interface)) => {
+                    // Once per interface, whichever 0.2.x versions are imported.
+                    if !wasi.contains(&interface.0) {
+                        wasi.push(interface.0);
+                        links.push(interface.1);
+                    }
+                }
+                (ComponentItem::ComponentInstance(_), None) if name.starts_with(CNI_IMPORTS) => {}
+                _ => unsupported.push(name.to_string()),
+            }
+        }
         if !unsupported.is_empty() {
             return Err(CniError::new(
                 code::MODULE_REJECTED,
@@ -170,7 +175,7 @@ impl ModuleHost {
             ));
         }
         let pre = self
-            .linker
+            .linker(&links)?
             .instantiate_pre(&component)
             .map_err(|e| rejected(format!("module {} cannot be linked", path.display()), e))?;
         let pre = IpamModulePre::new(pre).map_err(|e| {

@@ -8,3 +8,4 @@ pub mod compile;
 pub mod engine;
 pub mod file;
 pub(crate) mod host;
+pub(crate) mod wasi;
