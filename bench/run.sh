@@ -25,15 +25,15 @@ if [ -n "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" 
     revision="$revision + uncommitted changes"
 fi
 target="${CARGO_TARGET_DIR:-$root/target}"
-# The binary as packagers build it (README, "Packaging"): the dist profile, statically
-# linked and non-PIE. The explicit --target keeps these flags off build scripts and
-# proc-macros, which must stay dynamic.
+# The binary as packagers build it (docs/install.md): the dist profile, statically
+# linked and non-PIE, the warm call's functions first (host/hot-text.txt). The
+# explicit --target keeps these flags off build scripts and proc-macros, which must
+# stay dynamic.
 host_target="$(rustc -vV | sed -n 's/^host: //p')"
+dist_flags="-C target-feature=+crt-static -C relocation-model=static -C link-arg=-Wl,--symbol-ordering-file=$root/host/hot-text.txt -C link-arg=-Wl,--no-warn-symbol-ordering"
 # The compiler in a run of its own, so the per-call binary carries none.
-RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --profile dist --target "$host_target" -p wasm-ipam
-RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" \
-    cargo build --profile dist --target "$host_target" -p wasm-ipam-compiler
+RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wasm-ipam
+RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wasm-ipam-compiler
 cargo build --release --target wasm32-wasip2 -p host-local -p probe
 cargo build --release --manifest-path bench/Cargo.toml
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
