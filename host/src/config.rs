@@ -200,6 +200,22 @@ impl HostIpamConfig {
                 }
             })
             .transpose()?;
+        // The runtime's working directory is nobody's choice: a relative (or empty)
+        // path would put the lock, the store or the cache wherever that happens to be.
+        for (key, path) in [
+            ("lockFile", &raw.lock_file),
+            ("dataDir", &raw.data_dir),
+            ("cacheDir", &raw.cache_dir),
+            ("logFile", &raw.log_file),
+        ] {
+            if let Some(path) = path
+                && !path.is_absolute()
+            {
+                return Err(CniError::config(format!(
+                    "ipam.{key} must be an absolute path, not {path:?}"
+                )));
+            }
+        }
         Ok(HostIpamConfig {
             module,
             module_sha256,

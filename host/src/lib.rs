@@ -10,6 +10,7 @@ pub mod call;
 pub mod cni;
 pub mod config;
 pub mod error;
+pub mod files;
 pub mod limits;
 pub mod lock;
 pub mod logging;

@@ -1,21 +1,19 @@
 //! The host's log file (`ipam.logFile`): JSON lines, one per event, appended with a
 //! single write each so concurrent calls interleave whole lines. Guest `log` messages
-//! and stdout/stderr land here too; stdout stays reserved for the CNI result.
+//! and stdout/stderr land here too; stdout stays reserved for the CNI result. The
+//! file is private (0600, see [`crate::files`]): guests' output may hold what only
+//! root should read.
 
 use crate::error::{CniError, code};
+use crate::files;
 use std::fs::OpenOptions;
 use std::path::Path;
 use std::sync::Mutex;
 
 /// Sends this process's log events to `path`.
 pub fn init(path: &Path) -> Result<(), CniError> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| log_error(path, e))?;
-    }
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
+    files::parent_dir(path).map_err(|e| log_error(path, e))?;
+    let file = files::open(path, OpenOptions::new().create(true).append(true))
         .map_err(|e| log_error(path, e))?;
     // A second init in one process (as in unit tests) keeps the first subscriber.
     let _ = tracing_subscriber::fmt()

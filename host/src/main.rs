@@ -14,7 +14,7 @@ fn main() -> ExitCode {
     }
     let mut stdin = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut stdin) {
-        eprintln!("wasm-ipam: cannot read stdin: {e}");
+        let _ = writeln!(std::io::stderr(), "wasm-ipam: cannot read stdin: {e}");
     }
     let reply = wasm_ipam::call::handle(|name| std::env::var(name).ok(), &stdin);
     let (json, status) = match reply.outcome {
@@ -30,12 +30,18 @@ fn main() -> ExitCode {
 
 fn operator(cli: wasm_ipam::operator::cli::Cli) -> ExitCode {
     match wasm_ipam::operator::cli::run(cli) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
+        // A reader that stopped early (`wasm-ipam list | head`) is no error: like
+        // any Unix filter, stop quietly rather than panic in print!.
+        Ok(text) => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "wasm-ipam: cannot write the output: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Err(err) => {
-            eprintln!("wasm-ipam: {err}");
+            let _ = writeln!(std::io::stderr(), "wasm-ipam: {err}");
             ExitCode::FAILURE
         }
     }

@@ -195,7 +195,7 @@ impl Node {
         {
             return Vec::new();
         }
-        let store = wasm_ipam::store::open(&self.data_dir()).unwrap();
+        let store = wasm_ipam::store::open(&self.data_dir(), std::time::Duration::ZERO).unwrap();
         store
             .list(network, "")
             .unwrap()
@@ -271,7 +271,7 @@ impl<'a> Call<'a> {
     }
 
     /// Starts `cmd` with the environment a runtime sets, writing `stdin`.
-    fn spawn_command(&self, mut cmd: Command, stdin: &[u8]) -> std::process::Child {
+    pub fn spawn_command(&self, mut cmd: Command, stdin: &[u8]) -> std::process::Child {
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
             .env("CNI_CONTAINERID", self.container_id)

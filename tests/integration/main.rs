@@ -4,12 +4,14 @@
 
 mod bad_input;
 mod cache;
+mod crash;
 mod deadline;
 mod fair_lock;
 mod harness;
 mod host_local_module;
 mod host_local_parity;
 mod hostile;
+mod local_security;
 mod main_plugins;
 mod operators;
 mod protocol;

@@ -199,3 +199,29 @@ fn import_from_host_local_continues_without_reuse() {
             .any(|(k, _)| k == "ip/10.41.0.2")
     );
 }
+
+#[test]
+fn list_into_a_closed_pipe_stops_quietly() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.0.0",
+        &host_local_module(),
+        json!({"subnet": "10.41.0.0/24"}),
+    );
+    Call::new("ADD", "c1").run(&conf).ok();
+    // A reader that has gone before anything is written, as `| head -0` becomes.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(bin())
+        .args(["list", "--data-dir"])
+        .arg(node.data_dir())
+        .arg("--lock-file")
+        .arg(node.lock_file())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+}

@@ -192,7 +192,7 @@ fn run_guest(
     call: Call,
 ) -> (Result<Option<IpamResult>, CniError>, GuestReport) {
     let mut report = GuestReport::default();
-    let store = match store::open(&conf.ipam.data_dir) {
+    let store = match store::open(&conf.ipam.data_dir, deadline.remaining()) {
         Ok(store) => store,
         Err(e) => return (Err(e), report),
     };

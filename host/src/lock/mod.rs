@@ -9,6 +9,7 @@
 pub mod queue;
 
 use crate::error::{CniError, code};
+use crate::files;
 use queue::Ticket;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -50,16 +51,16 @@ fn open(path: &Path) -> Result<File, CniError> {
         )
         .with_details(e)
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io_error("create the directory of", e))?;
-    }
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| io_error("open", e))
+    files::parent_dir(path).map_err(|e| io_error("create the directory of", e))?;
+    files::open(
+        path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .map_err(|e| io_error("open", e))
 }
 
 /// The queue directory that orders waiters for the lock at `lock_file`.
@@ -170,7 +171,9 @@ mod tests {
         tail.lock().unwrap();
         let (tx, rx) = mpsc::channel();
         let waiting = path.clone();
-        std::thread::spawn(move || tx.send(acquire(&waiting, Some(Duration::from_secs(60)))));
+        std::thread::spawn(move || {
+            let _ = tx.send(acquire(&waiting, Some(Duration::from_secs(60))));
+        });
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "granted while the counter was held"

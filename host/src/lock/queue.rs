@@ -11,7 +11,16 @@
 //! belonged to a process that died, so its successor goes on waiting for the ticket
 //! before it. Mutual exclusion never depends on the queue: the flock on `lockFile` is
 //! still taken, so any process holding it excludes every call.
+//!
+//! A missing node therefore has to mean "this ticket and every one before it are
+//! done", and the queue keeps it so: a node is only ever unlinked by a call that has
+//! walked all the way back — its owner once granted, or a successor clearing the dead
+//! nodes it passed, which it does only when its own walk is complete. A call that
+//! dies mid-walk (a lock timeout, a kill) leaves the dead nodes it passed linked, for
+//! the next call to pass and clear; nothing is stranded behind a gap, so the queue
+//! holds no more nodes than there are live callers and dead ones not yet passed.
 
+use crate::files;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -32,6 +41,9 @@ pub struct Ticket {
     /// The earlier ticket to look at next; every ticket from here up to this one's
     /// has finished or died. 0 once none is left to wait for.
     waiting_on: u64,
+    /// Nodes of dead processes passed on the way back, unlinked once the walk is
+    /// complete (not before: a gap before then would hide the tickets behind it).
+    dead: Vec<PathBuf>,
 }
 
 fn node_path(dir: &Path, ticket: u64) -> PathBuf {
@@ -72,13 +84,15 @@ impl Ticket {
     /// Takes the next ticket and locks its node. Without `block`, `None` when
     /// another call holds the counter at this instant.
     pub fn join(dir: &Path, block: bool) -> io::Result<Option<Ticket>> {
-        fs::create_dir_all(dir)?;
-        let tail = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(dir.join(TAIL))?;
+        files::private_dir(dir)?;
+        let tail = files::open(
+            &dir.join(TAIL),
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )?;
         if !flock(&tail, block)? {
             return Ok(None);
         }
@@ -91,21 +105,33 @@ impl Ticket {
             Some(n) => n,
             None => next_ticket_from_nodes(dir)?,
         };
-        tail.write_all_at(format!("{:0TAIL_DIGITS$}", ticket + 1).as_bytes(), 0)?;
+        // The node first, then the counter: a call killed in between leaves a node
+        // whose number the next call takes over, never a number with no node.
         let path = node_path(dir, ticket);
-        let node = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
+        let create = || {
+            files::open(
+                &path,
+                OpenOptions::new().read(true).write(true).create_new(true),
+            )
+        };
+        let node = match create() {
+            // Made by a call that died before moving the counter on (we hold it).
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&path)?;
+                create()?
+            }
+            other => other?,
+        };
         // A new file: nobody else can hold its lock yet, so this does not block.
         node.lock()?;
+        tail.write_all_at(format!("{:0TAIL_DIGITS$}", ticket + 1).as_bytes(), 0)?;
         drop(tail);
         Ok(Some(Ticket {
             node,
             path,
             dir: dir.to_path_buf(),
             waiting_on: ticket,
+            dead: Vec::new(),
         }))
     }
 
@@ -115,7 +141,7 @@ impl Ticket {
     pub fn wait(&mut self, block: bool) -> io::Result<bool> {
         while self.waiting_on > 0 {
             let path = node_path(&self.dir, self.waiting_on - 1);
-            let node = match File::open(&path) {
+            let node = match files::open(&path, OpenOptions::new().read(true)) {
                 Ok(node) => node,
                 // It finished, and so had every ticket before it.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => break,
@@ -127,25 +153,32 @@ impl Ticket {
             if node.metadata()?.nlink() == 0 {
                 break; // it finished and unlinked itself
             }
-            // Its process died while queued or holding the lock: clear it away and
-            // keep the order by waiting for the ticket before it.
+            // Its process died while queued or holding the lock: keep the order by
+            // waiting for the ticket before it, and clear it once the walk is done.
+            self.dead.push(path);
+            self.waiting_on -= 1;
+        }
+        self.waiting_on = 0;
+        for path in self.dead.drain(..) {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
-            self.waiting_on -= 1;
         }
-        self.waiting_on = 0;
         Ok(true)
     }
 }
 
 impl Drop for Ticket {
     /// Unlinks the node before its flock is released (when `node` closes), which tells
-    /// the successor this ticket finished rather than died.
+    /// the successor this ticket finished rather than died; but only once its walk
+    /// was complete. A ticket given up midway (an error) is left as a dead one, for
+    /// its successor to pass: unlinked, it would hide the tickets still before it.
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        if self.waiting_on == 0 {
+            let _ = fs::remove_file(&self.path);
+        }
         let _ = self.node.unlock();
     }
 }
@@ -219,8 +252,8 @@ mod tests {
         let mut me = Ticket::join(dir.path(), false).unwrap().unwrap(); // ticket 2
         assert!(!me.wait(false).unwrap(), "ticket 0 is still live");
         assert!(
-            !dead_path.exists(),
-            "the dead ticket 1 was cleared on the way"
+            dead_path.exists(),
+            "the dead ticket 1 is cleared only once the walk is complete"
         );
         // The blocking wait goes on from ticket 0: it must not take ticket 1's
         // missing node for "everything before has finished".
@@ -237,7 +270,66 @@ mod tests {
         drop(holder);
         rx.recv_timeout(Duration::from_secs(60))
             .expect("granted once ticket 0 finished");
+        assert!(!dead_path.exists(), "the dead ticket 1 was cleared");
         drop(waiter.join().unwrap());
+    }
+
+    /// Queue nodes left in `dir`, by ticket.
+    fn nodes(dir: &Path) -> Vec<u64> {
+        let mut nodes: Vec<u64> = fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().to_string_lossy().parse().ok())
+            .collect();
+        nodes.sort();
+        nodes
+    }
+
+    /// A process dying: its flocks go, its node stays linked.
+    fn die(ticket: Ticket) {
+        ticket.node.unlock().unwrap();
+        std::mem::forget(ticket);
+    }
+
+    #[test]
+    fn a_waiter_that_dies_midway_strands_nothing() {
+        // A burst of calls timing out on the lock, in the order that used to strand
+        // a node: 1 waits on the lock, 2 dies queued, 3 passes 2 and dies waiting on
+        // 1, then 1 dies too.
+        let dir = tempfile::tempdir().unwrap();
+        drop(Ticket::take(dir.path()).unwrap()); // 0, finished
+        let one = Ticket::take(dir.path()).unwrap();
+        die(Ticket::join(dir.path(), true).unwrap().unwrap()); // 2
+        let mut three = Ticket::join(dir.path(), true).unwrap().unwrap();
+        assert!(!three.wait(false).unwrap(), "1 is live");
+        die(three);
+        die(one);
+        assert_eq!(nodes(dir.path()), [1, 2, 3]);
+        // Had 3 unlinked 2 on its way, the next walk would stop at that gap and
+        // leave 1 behind it for good.
+        let four = Ticket::take(dir.path()).unwrap();
+        assert_eq!(nodes(dir.path()), [4]);
+        drop(four);
+        assert!(nodes(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn a_call_killed_between_its_node_and_the_counter_leaves_no_gap() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Ticket::take(dir.path()).unwrap()); // counter now 1
+        // Killed after creating node 1, before moving the counter on.
+        fs::write(node_path(dir.path(), 1), "").unwrap();
+        let next = Ticket::take(dir.path()).unwrap();
+        assert!(
+            next.path.ends_with("00000000000000000001"),
+            "{:?}",
+            next.path
+        );
+        drop(next);
+        assert!(nodes(dir.path()).is_empty());
+        assert_eq!(
+            fs::read_to_string(dir.path().join(TAIL)).unwrap(),
+            "00000000000000000002"
+        );
     }
 
     #[test]

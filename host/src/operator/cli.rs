@@ -106,7 +106,8 @@ fn with_store<T>(
 ) -> Result<T, CniError> {
     let timeout = Duration::try_from_secs_f64(timeout).ok();
     let _lock = lock::acquire(lock_file, timeout)?;
-    f(store::open(data_dir)?.as_mut())
+    let wait = timeout.unwrap_or(Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS));
+    f(store::open(data_dir, wait)?.as_mut())
 }
 
 fn rfc3339(secs: u64) -> String {

@@ -112,7 +112,7 @@ mod tests {
         std::fs::write(net.join("last_reserved_ip.0"), "10.1.0.6").unwrap();
         std::fs::write(net.join("lock"), "").unwrap();
         let data = tempfile::tempdir().unwrap();
-        let mut store = crate::store::open(data.path()).unwrap();
+        let mut store = crate::store::open(data.path(), std::time::Duration::ZERO).unwrap();
 
         let report = import_host_local(store.as_mut(), &net, "mynet").unwrap();
         assert_eq!(

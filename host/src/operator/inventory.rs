@@ -132,7 +132,7 @@ mod tests {
     #[test]
     fn allocations_and_stats_follow_the_conventions() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = crate::store::open(dir.path()).unwrap();
+        let mut store = crate::store::open(dir.path(), std::time::Duration::ZERO).unwrap();
         put(
             store.as_mut(),
             "a",

@@ -95,7 +95,7 @@ mod tests {
             }
             txn.commit().unwrap();
         }
-        let mut store = open(dir.path()).unwrap();
+        let mut store = open(dir.path(), std::time::Duration::ZERO).unwrap();
         assert_eq!(store.get("a", "ip/10.0.0.2").unwrap().unwrap(), b"c1");
         assert_eq!(store.list("b", "").unwrap().len(), 1);
         assert_eq!(
@@ -118,7 +118,7 @@ mod tests {
             )
             .unwrap();
         drop(store);
-        let store = open(dir.path()).unwrap();
+        let store = open(dir.path(), std::time::Duration::ZERO).unwrap();
         assert_eq!(store.get("a", "ip/10.0.0.2").unwrap(), None);
     }
 }

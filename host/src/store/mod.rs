@@ -15,6 +15,7 @@ use crate::error::{CniError, code};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::path::Path;
+use std::time::Duration;
 
 pub use sqlite::DATABASE_FILE;
 
@@ -93,9 +94,10 @@ pub trait Store: Send {
 }
 
 /// Opens the embedded store in `data_dir`, creating it (or migrating a v0.1 redb
-/// store) when there is none.
-pub fn open(data_dir: &Path) -> Result<Box<dyn Store>, CniError> {
-    Ok(Box::new(sqlite::SqliteStore::open(data_dir)?))
+/// store) when there is none. `wait` bounds the wait for a call using the same store
+/// under another lock file (see [`sqlite::STORE_LOCK`]).
+pub fn open(data_dir: &Path, wait: Duration) -> Result<Box<dyn Store>, CniError> {
+    Ok(Box::new(sqlite::SqliteStore::open(data_dir, wait)?))
 }
 
 fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {
@@ -151,7 +153,7 @@ mod tests {
     #[test]
     fn commit_then_read_per_network() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path()).unwrap();
+        let mut store = open(dir.path(), Duration::ZERO).unwrap();
         assert_eq!(store.get("a", "k").unwrap(), None);
         assert!(store.list("a", "").unwrap().is_empty());
         let mut changes = Changes::new();
@@ -188,14 +190,14 @@ mod tests {
         assert_eq!(store.entries(None).unwrap().len(), 3);
         assert_eq!(store.entries(Some("b")).unwrap().len(), 1);
         drop(store);
-        let reopened = open(dir.path()).unwrap();
+        let reopened = open(dir.path(), Duration::ZERO).unwrap();
         assert_eq!(reopened.list("a", "").unwrap().len(), 2);
     }
 
     #[test]
     fn prefixes_are_literal_and_networks_do_not_leak_into_each_other() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path()).unwrap();
+        let mut store = open(dir.path(), Duration::ZERO).unwrap();
         for (net, key) in [
             ("n", "a%b"),
             ("n", "a_c"),
@@ -227,7 +229,7 @@ mod tests {
     #[test]
     fn usage_follows_commits_and_quota_refuses_growth_only() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path()).unwrap();
+        let mut store = open(dir.path(), Duration::ZERO).unwrap();
         let quota = Quota {
             entries: 2,
             bytes: 1000,
@@ -273,7 +275,7 @@ mod tests {
     #[test]
     fn a_commit_past_its_deadline_writes_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = open(dir.path()).unwrap();
+        let mut store = open(dir.path(), Duration::ZERO).unwrap();
         let changes: Changes = (0..2000)
             .map(|i| (format!("k{i:05}"), Some(vec![0u8; 8])))
             .collect();

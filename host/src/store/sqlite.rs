@@ -23,12 +23,13 @@ use super::{
     store_error, too_late,
 };
 use crate::error::{CniError, code};
+use crate::files;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::ops::ControlFlow;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 pub const DATABASE_FILE: &str = "store.sqlite";
 /// `PRAGMA application_id` of a wasm-ipam store ("WIPM"): tells our file from an
@@ -61,7 +62,18 @@ const CACHE_KIB: i64 = 2048;
 pub struct SqliteStore {
     conn: Connection,
     log: PathBuf,
+    /// `store.lock`'s flock, held from open to drop (declared after `conn`, so the
+    /// connection closes first).
+    _lock: File,
 }
+
+/// Beside the database, flocked while a call uses the store: calls that share a
+/// `dataDir` but not a `lockFile` (networks configured with different lock files)
+/// then still use the store, its creation included, one at a time. The host-wide
+/// lock already serialises calls that share both, so for them this never waits.
+pub const STORE_LOCK: &str = "store.lock";
+/// The longest pause between two tries for a busy `store.lock`.
+const STORE_LOCK_POLL: Duration = Duration::from_millis(20);
 
 fn sqlite_error(what: &str) -> impl Fn(rusqlite::Error) -> CniError + '_ {
     move |e| store_error(what, e)
@@ -69,24 +81,24 @@ fn sqlite_error(what: &str) -> impl Fn(rusqlite::Error) -> CniError + '_ {
 
 impl SqliteStore {
     /// Opens the store in `data_dir`, creating it (or migrating a v0.1 redb store into
-    /// it) when there is none.
-    pub fn open(data_dir: &Path) -> Result<Self, CniError> {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(data_dir)
-            .map_err(|e| store_error(&format!("cannot create {}", data_dir.display()), e))?;
+    /// it) when there is none; waits at most `wait` for a call using it under another
+    /// lock file.
+    pub fn open(data_dir: &Path, wait: Duration) -> Result<Self, CniError> {
+        files::private_dir(data_dir)
+            .map_err(|e| store_error(&format!("cannot use {}", data_dir.display()), e))?;
+        let lock = lock_store(data_dir, wait)?;
         let path = data_dir.join(DATABASE_FILE);
-        match fs::symlink_metadata(&path) {
-            Ok(_) => {}
+        match files::check_file(&path) {
+            Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(data_dir, &path)?,
-            Err(e) => return Err(store_error(&format!("cannot stat {}", path.display()), e)),
+            Err(e) => return Err(store_error(&format!("cannot use {}", path.display()), e)),
         }
         let conn = connect(&path)?;
         check_identity(&conn, &path)?;
         Ok(SqliteStore {
             conn,
             log: sidecar(&path, "-wal"),
+            _lock: lock,
         })
     }
 
@@ -120,6 +132,45 @@ impl SqliteStore {
     }
 }
 
+/// Takes `store.lock` in `data_dir`, trying for at most `wait`.
+fn lock_store(data_dir: &Path, wait: Duration) -> Result<File, CniError> {
+    let path = data_dir.join(STORE_LOCK);
+    let file = files::open(
+        &path,
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false),
+    )
+    .map_err(|e| store_error(&format!("cannot open {}", path.display()), e))?;
+    let until = Instant::now() + wait;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(CniError::new(
+                        code::TRY_AGAIN_LATER,
+                        format!(
+                            "store {} stayed in use by another call for {wait:?}; nothing was changed",
+                            data_dir.display()
+                        ),
+                    )
+                    .with_details("calls that share an ipam.dataDir but not an ipam.lockFile use the store one at a time; give every network on one dataDir the same lockFile to queue them fairly"));
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(STORE_LOCK_POLL);
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(store_error(&format!("cannot lock {}", path.display()), e));
+            }
+        }
+    }
+}
+
 /// How every connection opens its file: read-write, never creating it (the store
 /// makes its files itself, private), never through a symlink.
 const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -129,14 +180,14 @@ const OPEN_FLAGS: OpenFlags = OpenFlags::SQLITE_OPEN_READ_WRITE
 /// Creates (or, unless `create_new`, opens) one of the store's files, mode 0600
 /// whatever the umask and never through a symlink.
 fn private_file(path: &Path, create_new: bool) -> std::io::Result<File> {
-    OpenOptions::new()
-        .write(true)
-        .create(!create_new)
-        .create_new(create_new)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
+    files::open(
+        path,
+        OpenOptions::new()
+            .write(true)
+            .create(!create_new)
+            .create_new(create_new)
+            .truncate(false),
+    )
 }
 
 /// Opens an existing database file (never creating one) with the per-call tuning.
@@ -436,7 +487,9 @@ mod tests {
             b"not a database at all, but long enough to look like one",
         ] {
             fs::write(&path, content).unwrap();
-            let err = SqliteStore::open(dir.path()).err().expect("refused");
+            let err = SqliteStore::open(dir.path(), Duration::ZERO)
+                .err()
+                .expect("refused");
             assert_eq!(err.code, code::STORE_FAILURE, "{err}");
             assert!(err.msg.contains("restore it from a backup"), "{err}");
             assert_eq!(fs::read(&path).unwrap(), content, "left untouched");
@@ -447,7 +500,9 @@ mod tests {
             .unwrap()
             .execute_batch("CREATE TABLE t (x)")
             .unwrap();
-        let err = SqliteStore::open(dir.path()).err().expect("refused");
+        let err = SqliteStore::open(dir.path(), Duration::ZERO)
+            .err()
+            .expect("refused");
         assert!(format!("{err:?}").contains("application_id"), "{err:?}");
     }
 
@@ -459,7 +514,7 @@ mod tests {
         fs::create_dir(&data).unwrap();
         fs::write(temp_path(&data.join(DATABASE_FILE)), b"half").unwrap();
         let old_umask = unsafe { libc::umask(0) };
-        let opened = SqliteStore::open(&data);
+        let opened = SqliteStore::open(&data, Duration::ZERO);
         unsafe { libc::umask(old_umask) };
         let mut store = opened.unwrap();
         store
@@ -473,13 +528,16 @@ mod tests {
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&data.join(DATABASE_FILE)), 0o600);
         assert_eq!(mode(&sidecar(&data.join(DATABASE_FILE), "-wal")), 0o600);
+        assert_eq!(mode(&data.join(STORE_LOCK)), 0o600);
         assert!(!temp_path(&data.join(DATABASE_FILE)).exists());
         let names: Vec<_> = fs::read_dir(&data)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(
-            names.iter().all(|n| n.starts_with(DATABASE_FILE))
+            names
+                .iter()
+                .all(|n| n.starts_with(DATABASE_FILE) || n == STORE_LOCK)
                 && !names.iter().any(|n| n.ends_with("-shm")),
             "{names:?}"
         );

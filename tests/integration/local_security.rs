@@ -1,0 +1,281 @@
+//! Local security: the host's files are private whatever the umask, another local
+//! user can neither read nor lock them, nothing is followed through a symlink, paths
+//! that are not ours or not absolute are refused, and one dataDir shared by two lock
+//! files still hands out each address once.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every path below `root`.
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root).unwrap() {
+        let path = entry.unwrap().path();
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+}
+
+/// host-local on `node`, with a compiled-module cache of its own inside it.
+fn conf(node: &Node) -> Value {
+    node.netconf(
+        "1.0.0",
+        &host_local_module(),
+        json!({"subnet": "10.1.0.0/24", "cacheDir": node.dir.path().join("cache")}),
+    )
+}
+
+/// Runs `call` under `sh -c "$script"` with the plugin as `$0`.
+fn run_under(call: &Call, script: &str, conf: &Value) -> Reply {
+    let mut sh = Command::new("sh");
+    sh.arg("-c").arg(script).arg(bin());
+    reply(
+        call.spawn_command(sh, conf.to_string().as_bytes())
+            .wait_with_output()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn files_and_directories_are_private_whatever_the_umask() {
+    let node = Node::new();
+    let conf = conf(&node);
+    for (command, id) in [("ADD", "c1"), ("ADD", "c2"), ("DEL", "c1")] {
+        run_under(&Call::new(command, id), "umask 000 && exec \"$0\"", &conf).ok();
+    }
+    let paths = walk(node.dir.path());
+    for expected in [
+        "run/ipam.lock",
+        "run/ipam.lock.queue/tail",
+        "data/store.sqlite",
+        "data/store.lock",
+        "log/wasm-ipam.log",
+    ] {
+        assert!(
+            paths.contains(&node.dir.path().join(expected)),
+            "{expected} was not made: {paths:?}"
+        );
+    }
+    for path in paths {
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let want = if meta.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(
+            mode(&path),
+            want,
+            "{} has mode {:o}",
+            path.display(),
+            mode(&path)
+        );
+    }
+}
+
+/// Runs `args` as the unprivileged user nobody (uid 65534).
+fn as_nobody(args: &[&str]) -> std::process::Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn another_local_user_can_neither_read_nor_lock_any_of_them() {
+    let node = Node::new();
+    let mut conf = conf(&node);
+    // The lock file straight in a directory everyone may enter (as /run is), so its
+    // own mode is what keeps others out.
+    conf["ipam"]["lockFile"] = node.dir.path().join("ipam.lock").to_str().unwrap().into();
+    Call::new("ADD", "c1").run(&conf).ok();
+    std::fs::set_permissions(node.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The check is live: a file of the default mode (0644 under umask 022) can be
+    // flocked by nobody, stalling every call that needs it.
+    let control = node.dir.path().join("control.lock");
+    std::fs::write(&control, "").unwrap();
+    std::fs::set_permissions(&control, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let flocked = as_nobody(&["flock", "-n", control.to_str().unwrap(), "true"]);
+    assert!(flocked.status.success(), "{flocked:?}");
+    std::fs::remove_file(&control).unwrap();
+
+    let paths = walk(node.dir.path());
+    assert!(paths.contains(&node.dir.path().join("ipam.lock")));
+    for path in paths {
+        let p = path.to_str().unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        let denied = if meta.is_dir() {
+            as_nobody(&["ls", p])
+        } else {
+            as_nobody(&["flock", "-n", "-s", p, "true"])
+        };
+        assert!(
+            !denied.status.success(),
+            "nobody could use {}: {denied:?}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
+    let chown_nobody =
+        |path: &Path| std::os::unix::fs::lchown(path, Some(65534), Some(65534)).unwrap();
+
+    let node = Node::new();
+    std::fs::create_dir(node.data_dir()).unwrap();
+    chown_nobody(&node.data_dir());
+    let reply = Call::new("ADD", "c1").run(&conf(&node));
+    assert_eq!(reply.error_code(), 104);
+    let text = reply.json.as_ref().unwrap().to_string();
+    assert!(text.contains("owned by uid 65534"), "{text}");
+    assert!(text.contains(node.data_dir().to_str().unwrap()), "{text}");
+
+    let node = Node::new();
+    std::fs::create_dir(node.data_dir()).unwrap();
+    std::fs::set_permissions(node.data_dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let reply = Call::new("ADD", "c1").run(&conf(&node));
+    assert_eq!(reply.error_code(), 104);
+    let text = reply.json.as_ref().unwrap().to_string();
+    assert!(text.contains("writable by its group or others"), "{text}");
+
+    let node = Node::new();
+    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
+    std::fs::write(node.lock_file(), "").unwrap();
+    chown_nobody(&node.lock_file());
+    let reply = Call::new("ADD", "c1").run(&conf(&node));
+    assert_eq!(reply.error_code(), 5);
+    assert!(
+        reply
+            .json
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("owned by uid 65534")
+    );
+
+    let node = Node::new();
+    std::fs::create_dir_all(node.log_file().parent().unwrap()).unwrap();
+    std::fs::write(node.log_file(), "").unwrap();
+    std::fs::set_permissions(node.log_file(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let reply = Call::new("ADD", "c1").run(&conf(&node));
+    assert_eq!(reply.error_code(), 5);
+    assert!(!node.data_dir().exists(), "nothing ran");
+
+    // One of ours that others could only read is made private and used.
+    let node = Node::new();
+    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
+    std::fs::write(node.lock_file(), "").unwrap();
+    std::fs::set_permissions(node.lock_file(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    Call::new("ADD", "c1").run(&conf(&node)).ok();
+    assert_eq!(mode(&node.lock_file()), 0o600);
+}
+
+#[test]
+fn symlinks_are_never_followed() {
+    // A dangling lockFile link: its target is not created.
+    let node = Node::new();
+    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
+    let target = node.dir.path().join("target-of-lock");
+    std::os::unix::fs::symlink(&target, node.lock_file()).unwrap();
+    let reply = Call::new("ADD", "c1").run(&conf(&node));
+    assert_eq!(reply.error_code(), 5);
+    assert!(
+        reply
+            .json
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains("symbolic link")
+    );
+    assert!(!target.exists());
+
+    // A queue `tail` replaced by a link to another file: that file is left alone.
+    let node = Node::new();
+    let conf = conf(&node);
+    Call::new("ADD", "c1").run(&conf).ok();
+    let tail = PathBuf::from(format!("{}.queue/tail", node.lock_file().display()));
+    let victim = node.dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::remove_file(&tail).unwrap();
+    std::os::unix::fs::symlink(&victim, &tail).unwrap();
+    let reply = Call::new("ADD", "c2").run(&conf);
+    assert_eq!(reply.error_code(), 5);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+
+    // The store's database and the log, each a link.
+    let node = Node::new();
+    let conf_ = self::conf(&node);
+    Call::new("ADD", "c1").run(&conf_).ok();
+    let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let moved = node.dir.path().join("moved.sqlite");
+    std::fs::rename(&store, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &store).unwrap();
+    assert_eq!(Call::new("ADD", "c2").run(&conf_).error_code(), 104);
+    let log_target = node.dir.path().join("log-target");
+    std::fs::remove_file(node.log_file()).unwrap();
+    std::os::unix::fs::symlink(&log_target, node.log_file()).unwrap();
+    assert_eq!(Call::new("ADD", "c3").run(&conf_).error_code(), 5);
+    assert!(!log_target.exists());
+}
+
+#[test]
+fn relative_or_empty_paths_are_refused() {
+    let node = Node::new();
+    for key in ["lockFile", "dataDir", "cacheDir", "logFile"] {
+        for value in ["", "relative/path"] {
+            let mut conf = conf(&node);
+            conf["ipam"][key] = value.into();
+            let reply = Call::new("ADD", "c1").run(&conf);
+            assert_eq!(reply.error_code(), 7, "{key}={value:?}");
+            assert!(
+                reply.msg().contains(&format!("ipam.{key}")),
+                "{}",
+                reply.msg()
+            );
+        }
+    }
+    assert!(!node.data_dir().exists() && !node.lock_file().exists());
+}
+
+#[test]
+fn one_data_dir_under_two_lock_files_hands_out_each_address_once() {
+    let _heavy = exclusive();
+    let node = Node::new();
+    let confs: Vec<Value> = ["a.lock", "b.lock"]
+        .iter()
+        .map(|lock| {
+            let mut conf = conf(&node);
+            conf["ipam"]["lockFile"] = node.dir.path().join(lock).to_str().unwrap().into();
+            conf
+        })
+        .collect();
+    Call::new("ADD", "warm").run(&confs[0]).ok(); // the cache, and the store
+    let ids: Vec<String> = (0..16).map(|i| format!("c{i}")).collect();
+    let children: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Call::new("ADD", id).spawn(&confs[i % 2]))
+        .collect();
+    let mut addresses: Vec<String> = children
+        .into_iter()
+        .map(|child| {
+            let reply = reply(child.wait_with_output().unwrap());
+            reply.ok();
+            reply.json.unwrap()["ips"][0]["address"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 16, "an address was handed out twice");
+}
