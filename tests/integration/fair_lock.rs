@@ -127,3 +127,26 @@ fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
         "the killed holder committed nothing"
     );
 }
+
+/// Bursts of calls that all time out on the lock (code 11) leave nothing behind that
+/// later calls must pass: the next call clears every ticket they left.
+#[test]
+fn timed_out_bursts_leave_no_tickets_behind() {
+    let _heavy = exclusive();
+    let node = Node::new();
+    let conf = node.netconf("1.0.0", &probe_module(), json!({"lockTimeoutSeconds": 1}));
+    Call::new("DEL", "warm").run(&conf).ok();
+    for burst in 0..3 {
+        let held = hold_lock(&node);
+        let children: Vec<Child> = (0..8)
+            .map(|i| Call::new("DEL", &format!("b{burst}c{i}")).spawn(&conf))
+            .collect();
+        for child in children {
+            let reply = reply(child.wait_with_output().unwrap());
+            assert_eq!(reply.error_code(), 11, "burst {burst}");
+        }
+        drop(held);
+        Call::new("DEL", "after").run(&conf).ok();
+        assert_eq!(queued(&node), 0, "burst {burst}: tickets were stranded");
+    }
+}

@@ -61,3 +61,89 @@ fn an_emptied_store_is_refused_with_cni_error_json_and_left_as_it_is() {
     );
     assert_eq!(std::fs::metadata(&store).unwrap().len(), 0, "left as it is");
 }
+
+/// `wasm-ipam store ACTION` on `node`'s store, with `extra` arguments.
+fn store_command(node: &Node, action: &str, extra: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new(bin())
+        .args(["store", action, "--data-dir"])
+        .arg(node.data_dir())
+        .arg("--lock-file")
+        .arg(node.lock_file())
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restores() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let node = Node::new();
+    let conf = conf(&node);
+    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).ok();
+    let checked = store_command(&node, "check", &[]);
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(String::from_utf8_lossy(&checked.stdout).contains(": ok, "));
+    let backup = node.dir.path().join("backup.sqlite");
+    let made = store_command(&node, "backup", &["--to".as_ref(), backup.as_os_str()]);
+    assert!(made.status.success(), "{made:?}");
+    assert_eq!(std::fs::metadata(&backup).unwrap().mode() & 0o777, 0o600);
+    let restore = || {
+        let out = store_command(&node, "restore", &["--from".as_ref(), backup.as_os_str()]);
+        assert!(out.status.success(), "{out:?}");
+    };
+    // Restored, the whole store is in the database file (no log to replay), so a
+    // damaged page of it is one the next call reads.
+    restore();
+    let database = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let pages = std::fs::metadata(&database).unwrap().len() / 4096;
+    assert!(pages >= 3, "{pages} pages");
+    for page in 0..pages {
+        restore();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&database)
+            .unwrap();
+        file.write_all_at(&[0xa5; 4096], page * 4096).unwrap();
+        drop(file);
+        let reply = Call::new("ADD", "c9").run(&conf);
+        assert!(!reply.success, "page {page}: a call ran on a damaged store");
+        assert_eq!(reply.error_code(), 104, "page {page}");
+        let checked = store_command(&node, "check", &[]);
+        let stderr = String::from_utf8_lossy(&checked.stderr);
+        assert!(
+            !checked.status.success(),
+            "page {page}: check found nothing"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let listed = std::process::Command::new(bin())
+            .args(["list", "--data-dir"])
+            .arg(node.data_dir())
+            .arg("--lock-file")
+            .arg(node.lock_file())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&listed.stderr);
+        assert!(!stderr.contains("panicked"), "page {page}: {stderr}");
+    }
+    // The documented recovery: put the backup back.
+    restore();
+    assert!(store_command(&node, "check", &[]).status.success());
+    let kept: Vec<_> = std::fs::read_dir(node.data_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains(".replaced-"))
+        .collect();
+    assert!(!kept.is_empty(), "the replaced store was not kept");
+    let held: Vec<String> = node
+        .store_entries("testnet")
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("ip/"))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        held.iter().any(|v| v.starts_with("c1")) && held.iter().any(|v| v.starts_with("c2")),
+        "{held:?}"
+    );
+    Call::new("ADD", "c3").run(&conf).ok();
+}

@@ -1,4 +1,5 @@
-//! Operator commands (`wasm-ipam list`, `stats`, `import-host-local`). They take the
+//! Operator commands (`wasm-ipam list`, `stats`, `store check/backup/restore`,
+//! `import-host-local`). They take the
 //! same host-wide lock as CNI calls, so they see and write a consistent store.
 
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
@@ -80,6 +81,12 @@ enum Operation {
         #[arg(long)]
         compile_memory_mib: Option<u64>,
     },
+    /// Check, back up or restore the store (see SECURITY.md, "When the store is
+    /// damaged").
+    Store {
+        #[command(subcommand)]
+        action: StoreAction,
+    },
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses.
     ImportHostLocal {
@@ -95,6 +102,33 @@ enum Operation {
         /// The host-wide lock (the netconf's `ipam.lockFile`).
         #[arg(long, default_value = DEFAULT_LOCK_FILE)]
         lock_file: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreAction {
+    /// Check the store's pages and indexes, and each network's recorded usage against
+    /// its entries; exits non-zero naming every problem found.
+    Check {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Write a consistent copy of the store to a new file, under the lock.
+    Backup {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The new file.
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Put a backup in place of the store, under the lock; what was there is kept
+    /// beside it.
+    Restore {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// A file written by `wasm-ipam store backup`.
+        #[arg(long)]
+        from: PathBuf,
     },
 }
 
@@ -208,6 +242,7 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
                 cache_dir.display()
             ))
         }
+        Operation::Store { action } => store_action(action),
         Operation::ImportHostLocal {
             data_dir,
             network,
@@ -224,5 +259,52 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
             }
             Ok(out)
         }),
+    }
+}
+
+fn store_action(action: StoreAction) -> Result<String, CniError> {
+    match action {
+        StoreAction::Check { store } => {
+            let (problems, entries) =
+                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                    Ok((s.check()?, s.entries(None)?.len()))
+                })?;
+            if problems.is_empty() {
+                return Ok(format!(
+                    "store {}: ok, {entries} entries\n",
+                    store.data_dir.display()
+                ));
+            }
+            Err(CniError::new(
+                crate::error::code::STORE_FAILURE,
+                format!(
+                    "store {} is damaged: {}",
+                    store.data_dir.display(),
+                    problems.join("; ")
+                ),
+            )
+            .with_details("see SECURITY.md, \"When the store is damaged\""))
+        }
+        StoreAction::Backup { store, to } => {
+            with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                s.backup(&to)
+            })?;
+            Ok(format!(
+                "backed up {} to {}\n",
+                store.data_dir.display(),
+                to.display()
+            ))
+        }
+        StoreAction::Restore { store, from } => {
+            let timeout = Duration::try_from_secs_f64(store.lock_timeout).ok();
+            let _lock = lock::acquire(&store.lock_file, timeout)?;
+            let kept = store::restore(&store.data_dir, &from)?;
+            Ok(format!(
+                "restored {} from {}; the store it replaced, if any, is kept as {}\n",
+                store.data_dir.display(),
+                from.display(),
+                kept.display()
+            ))
+        }
     }
 }

@@ -14,7 +14,7 @@ pub mod sqlite;
 use crate::error::{CniError, code};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use sqlite::DATABASE_FILE;
@@ -82,6 +82,15 @@ pub trait Store: Send {
     /// `network`'s size as of the last commit, as the quota check reads it.
     fn usage(&self, network: &str) -> Result<Usage, CniError>;
 
+    /// What is wrong with the store, if anything: its own consistency check (pages,
+    /// indexes), then every network's recorded usage against its entries
+    /// ([`usage_problems`]).
+    fn check(&self) -> Result<Vec<String>, CniError>;
+
+    /// Writes a consistent copy of the whole store to `to`, a new file, for
+    /// [`restore`] to put back.
+    fn backup(&self, to: &Path) -> Result<(), CniError>;
+
     /// Every entry of `network` whose key starts with `prefix`, in key order.
     fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
         let mut out = Vec::new();
@@ -98,6 +107,35 @@ pub trait Store: Send {
 /// under another lock file (see [`sqlite::STORE_LOCK`]).
 pub fn open(data_dir: &Path, wait: Duration) -> Result<Box<dyn Store>, CniError> {
     Ok(Box::new(sqlite::SqliteStore::open(data_dir, wait)?))
+}
+
+/// Every network whose recorded usage (what the quota check reads) differs from the
+/// entries it holds.
+fn usage_problems(store: &dyn Store) -> Result<Vec<String>, CniError> {
+    let mut counted: BTreeMap<String, Usage> = BTreeMap::new();
+    for (network, key, value) in store.entries(None)? {
+        let usage = counted.entry(network).or_default();
+        usage.entries += 1;
+        usage.bytes += entry_bytes(&key, &value);
+    }
+    let mut problems = Vec::new();
+    for (network, actual) in counted {
+        let recorded = store.usage(&network)?;
+        if recorded != actual {
+            problems.push(format!(
+                "network {network:?}: its usage records {} entries of {} bytes, it holds {} of {}",
+                recorded.entries, recorded.bytes, actual.entries, actual.bytes
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// Puts the backup `from` (made by [`Store::backup`]) in place of the store in
+/// `data_dir`, keeping what was there beside it under a `.replaced-<unix time>`
+/// suffix. Call it under the host-wide lock.
+pub fn restore(data_dir: &Path, from: &Path) -> Result<PathBuf, CniError> {
+    sqlite::restore(data_dir, from)
 }
 
 fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {

@@ -471,6 +471,111 @@ impl Store for SqliteStore {
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
         SqliteStore::usage_in(&self.conn, network)
     }
+
+    fn check(&self) -> Result<Vec<String>, CniError> {
+        let mut problems: Vec<String> = self
+            .conn
+            .prepare("PRAGMA integrity_check")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sqlite_error("check"))?
+            .into_iter()
+            .filter(|line| line != "ok")
+            .collect();
+        if problems.is_empty() {
+            problems = super::usage_problems(self)?;
+        }
+        Ok(problems)
+    }
+
+    fn backup(&self, to: &Path) -> Result<(), CniError> {
+        let failed = |e: &dyn std::fmt::Display| {
+            store_error(&format!("cannot back up to {}", to.display()), e)
+        };
+        // Made here, empty and private, which VACUUM INTO accepts as its target.
+        private_file(to, true).map_err(|e| failed(&e))?;
+        let target = to
+            .to_str()
+            .ok_or_else(|| failed(&"the path is not UTF-8"))?;
+        self.conn
+            .execute("VACUUM INTO ?1", [target])
+            .map_err(|e| failed(&e))?;
+        File::open(to)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| failed(&e))
+    }
+}
+
+/// See [`super::restore`]: checks the backup is a whole wasm-ipam store, copies it
+/// in under a temporary name in WAL mode, syncs it, and swaps it in.
+pub fn restore(data_dir: &Path, from: &Path) -> Result<PathBuf, CniError> {
+    let failed =
+        |e: &dyn std::fmt::Display| store_error(&format!("cannot restore {}", from.display()), e);
+    files::private_dir(data_dir).map_err(|e| failed(&e))?;
+    let _lock = lock_store(data_dir, Duration::from_secs(30))?;
+    let path = data_dir.join(DATABASE_FILE);
+    let temp = temp_path(&path);
+    for leftover in [
+        temp.clone(),
+        sidecar(&temp, "-wal"),
+        sidecar(&temp, "-journal"),
+    ] {
+        match fs::remove_file(&leftover) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&e)),
+        }
+    }
+    private_file(&temp, true).map_err(|e| failed(&e))?;
+    std::io::copy(
+        &mut File::open(from).map_err(|e| failed(&e))?,
+        &mut OpenOptions::new()
+            .write(true)
+            .open(&temp)
+            .map_err(|e| failed(&e))?,
+    )
+    .map_err(|e| failed(&e))?;
+    {
+        let conn = Connection::open_with_flags(&temp, OPEN_FLAGS).map_err(|e| failed(&e))?;
+        check_identity(&conn, from)?;
+        let problems: Vec<String> = conn
+            .prepare("PRAGMA integrity_check")
+            .and_then(|mut s| {
+                s.query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| failed(&e))?;
+        if problems != ["ok"] {
+            let _ = fs::remove_file(&temp);
+            return Err(failed(&problems.join("; ")));
+        }
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
+            .map_err(|e| failed(&e))?;
+        conn.close().map_err(|(_, e)| failed(&e))?;
+    }
+    File::open(&temp)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| failed(&e))?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let kept = sidecar(&path, &format!(".replaced-{stamp}"));
+    for (current, aside) in [
+        (path.clone(), kept.clone()),
+        (sidecar(&path, "-wal"), sidecar(&kept, "-wal")),
+    ] {
+        match fs::rename(&current, &aside) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(failed(&e)),
+        }
+    }
+    fs::rename(&temp, &path).map_err(|e| failed(&e))?;
+    sync_dir(data_dir).map_err(|e| failed(&e))?;
+    Ok(kept)
 }
 
 #[cfg(test)]
