@@ -65,6 +65,9 @@ pub const INVALID_MODULE_RESULT: u32 = 106;
 pub const RESERVED_CODE_FROM_MODULE: u32 = 107;
 /// Committing the call's writes would take the network past its store quota.
 pub const STORE_QUOTA_EXCEEDED: u32 = 108;
+/// wasm-ipam itself failed (a bug: it panicked) and stopped where it was; the store
+/// holds the state from before the call or, if it stopped after the commit, after it.
+pub const INTERNAL_ERROR: u32 = 109;
 
 /// Codes the guest SDK returns on a module's behalf.
 pub const SDK_RESERVED: RangeInclusive<u32> = 120..=139;
@@ -113,6 +116,7 @@ pub const NAMED: &[(u32, &str)] = &[
     (INVALID_MODULE_RESULT, "INVALID_MODULE_RESULT"),
     (RESERVED_CODE_FROM_MODULE, "RESERVED_CODE_FROM_MODULE"),
     (STORE_QUOTA_EXCEEDED, "STORE_QUOTA_EXCEEDED"),
+    (INTERNAL_ERROR, "INTERNAL_ERROR"),
     (STORE_WRITE_REFUSED, "STORE_WRITE_REFUSED"),
 ];
 

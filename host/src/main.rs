@@ -9,7 +9,9 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    if std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1 {
+    let operating = std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1;
+    report_panics(operating);
+    if operating {
         return operator(wasm_ipam::operator::cli::Cli::parse());
     }
     let mut stdin = Vec::new();
@@ -45,4 +47,29 @@ fn operator(cli: wasm_ipam::operator::cli::Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A panic is a bug, but the runtime must still get an answer it can read: CNI error
+/// JSON (code 109) on stdout, or an operator a one-line error, then exit 1 (not a
+/// panic message and exit 101, nor an abort in the packaged `panic = "abort"` build).
+fn report_panics(operating: bool) {
+    std::panic::set_hook(Box::new(move |info| {
+        let details = info.to_string();
+        if operating {
+            let _ = writeln!(
+                std::io::stderr(),
+                "wasm-ipam: internal error (a bug, please report it): {details}"
+            );
+        } else {
+            let err = wasm_ipam::error::CniError::new(
+                wasm_ipam::error::code::INTERNAL_ERROR,
+                "wasm-ipam failed internally (a bug) and stopped; the store holds the state from before the call, or from after it if it stopped after the commit",
+            )
+            .with_details(details);
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{}", err.to_json(&wasm_ipam::call::reply_version()));
+            let _ = out.flush();
+        }
+        std::process::exit(1);
+    }));
 }

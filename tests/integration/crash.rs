@@ -353,3 +353,44 @@ call ADD c2 add-c2
         "10.4.0.3/24"
     );
 }
+
+#[test]
+fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
+    // The debug binary under test panics where WASM_IPAM_TEST_PANIC says, standing in
+    // for a bug there (release builds have no such hook).
+    let writes = json!({"probe": {"write": ["k1=one"]}});
+    for (point, committed) in [("under-lock", false), ("after-commit", true)] {
+        let (node, before) = node_with_state();
+        let conf = node.netconf("1.0.0", &probe_module(), writes.clone());
+        let reply = Call::new("ADD", "c1")
+            .env("WASM_IPAM_TEST_PANIC", point)
+            .run(&conf);
+        assert_eq!(reply.error_code(), 109, "{point}: {reply:?}");
+        let json = reply.json.as_ref().unwrap();
+        assert_eq!(json["cniVersion"], "1.0.0");
+        assert!(json["details"].as_str().unwrap().contains(point), "{json}");
+        assert!(!reply.stderr.contains("panicked"), "{}", reply.stderr);
+        assert!(node.lock_is_free(), "{point}");
+        let mut expected = before.clone();
+        if committed {
+            expected.push(("k1".into(), "one".into()));
+            expected.sort();
+        }
+        assert_eq!(node.store_entries("testnet"), expected, "{point}");
+        Call::new("DEL", "c2").run(&conf).ok();
+    }
+    // An operator command says so in one line and exits 1.
+    let (node, _) = node_with_state();
+    let out = Command::new(bin())
+        .args(["list", "--data-dir"])
+        .arg(node.data_dir())
+        .arg("--lock-file")
+        .arg(node.lock_file())
+        .env("WASM_IPAM_TEST_PANIC", "list")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.starts_with("wasm-ipam: internal error"), "{stderr}");
+    assert!(node.lock_is_free());
+}

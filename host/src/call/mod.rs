@@ -25,6 +25,17 @@ pub struct Reply {
     pub outcome: Result<Option<Value>, CniError>,
 }
 
+/// The cniVersion this process answers in, once [`handle`] has decoded the netconf:
+/// for an answer that must be made without a [`Reply`] (a panic's).
+static REPLY_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+pub fn reply_version() -> String {
+    REPLY_VERSION
+        .get()
+        .cloned()
+        .unwrap_or_else(|| cni::CURRENT_VERSION.to_string())
+}
+
 /// Handles one invocation: `env` looks up the CNI_* variables, `stdin` is the netconf.
 pub fn handle(env: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Reply {
     let json = config::decode(stdin);
@@ -34,6 +45,7 @@ pub fn handle(env: impl Fn(&str) -> Option<String>, stdin: &[u8]) -> Reply {
         .map(config::cni_version_of)
         .filter(|v| cni::SUPPORTED_VERSIONS.contains(&v.as_str()))
         .unwrap_or_else(|| cni::CURRENT_VERSION.to_string());
+    let _ = REPLY_VERSION.set(cni_version.clone());
     Reply {
         cni_version,
         outcome: Invocation::from_env(env).and_then(|invocation| run(&invocation, json, stdin)),
@@ -197,6 +209,7 @@ fn run_guest(
         Err(e) => return (Err(e), report),
     };
     report.store_open = deadline.elapsed();
+    test_panic("under-lock");
     let limits = &conf.ipam.limits;
     let state = GuestState::new(
         GuestStore::new(store, conf.name.clone(), deadline, limits.host_memory),
@@ -218,10 +231,23 @@ fn run_guest(
         .and_then(|result| {
             let (mut store, changes) = outcome.state.store.into_parts();
             store.commit(&conf.name, &changes, quota, &|| deadline.expired())?;
+            test_panic("after-commit");
             Ok(result)
         });
     report.commit = deadline.elapsed() - report.budget_used;
     (result, report)
+}
+
+/// Debug builds only (the test suite's binary): panics at `point` when
+/// `WASM_IPAM_TEST_PANIC` names it, standing in for a bug there, so the tests can see
+/// what a panic leaves behind. Compiled out of release builds.
+pub fn test_panic(point: &str) {
+    #[cfg(debug_assertions)]
+    if std::env::var("WASM_IPAM_TEST_PANIC").is_ok_and(|p| p == point) {
+        panic!("WASM_IPAM_TEST_PANIC at {point}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = point;
 }
 
 fn guest_request(

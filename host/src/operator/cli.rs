@@ -158,6 +158,7 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
         } => {
             let allocations =
                 with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                    crate::call::test_panic("list");
                     inventory::allocations(s, network.as_deref())
                 })?;
             if json {
