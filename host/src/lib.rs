@@ -11,6 +11,7 @@ pub mod cni;
 pub mod config;
 pub mod error;
 pub mod files;
+pub mod fuzz;
 pub mod limits;
 pub mod lock;
 pub mod logging;

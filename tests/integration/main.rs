@@ -7,6 +7,7 @@ mod cache;
 mod crash;
 mod deadline;
 mod fair_lock;
+mod fuzz_corpus;
 mod harness;
 mod host_local_module;
 mod host_local_parity;
