@@ -50,7 +50,7 @@ fn operator(cli: wasm_ipam::operator::cli::Cli) -> ExitCode {
 }
 
 /// A panic is a bug, but the runtime must still get an answer it can read: CNI error
-/// JSON (code 109) on stdout, or an operator a one-line error, then exit 1 (not a
+/// JSON on stdout (code 104 if it came from the store or its engine, else 109), or an operator a one-line error, then exit 1 (not a
 /// panic message and exit 101, nor an abort in the packaged `panic = "abort"` build).
 fn report_panics(operating: bool) {
     std::panic::set_hook(Box::new(move |info| {
@@ -61,9 +61,20 @@ fn report_panics(operating: bool) {
                 "wasm-ipam: internal error (a bug, please report it): {details}"
             );
         } else {
+            // The storage engine's failures are the store's (104), wherever they come from.
+            let in_store = info.location().is_some_and(|l| {
+                ["/store/", "rusqlite", "libsqlite3"]
+                    .iter()
+                    .any(|part| l.file().contains(part))
+            });
+            let (code, what) = if in_store {
+                (wasm_ipam::error::code::STORE_FAILURE, "the store")
+            } else {
+                (wasm_ipam::error::code::INTERNAL_ERROR, "wasm-ipam")
+            };
             let err = wasm_ipam::error::CniError::new(
-                wasm_ipam::error::code::INTERNAL_ERROR,
-                "wasm-ipam failed internally (a bug) and stopped; the store holds the state from before the call, or from after it if it stopped after the commit",
+                code,
+                format!("{what} failed internally (a bug) and the call stopped; the store holds the state from before the call, or from after it if it stopped after the commit"),
             )
             .with_details(details);
             let mut out = std::io::stdout().lock();

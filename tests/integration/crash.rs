@@ -359,13 +359,17 @@ fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
     // The debug binary under test panics where WASM_IPAM_TEST_PANIC says, standing in
     // for a bug there (release builds have no such hook).
     let writes = json!({"probe": {"write": ["k1=one"]}});
-    for (point, committed) in [("under-lock", false), ("after-commit", true)] {
+    for (point, committed, code) in [
+        ("under-lock", false, 109),
+        ("store-commit", false, 104),
+        ("after-commit", true, 109),
+    ] {
         let (node, before) = node_with_state();
         let conf = node.netconf("1.0.0", &probe_module(), writes.clone());
         let reply = Call::new("ADD", "c1")
             .env("WASM_IPAM_TEST_PANIC", point)
             .run(&conf);
-        assert_eq!(reply.error_code(), 109, "{point}: {reply:?}");
+        assert_eq!(reply.error_code(), code, "{point}: {reply:?}");
         let json = reply.json.as_ref().unwrap();
         assert_eq!(json["cniVersion"], "1.0.0");
         assert!(json["details"].as_str().unwrap().contains(point), "{json}");

@@ -241,6 +241,7 @@ fn run_guest(
 /// Debug builds only (the test suite's binary): panics at `point` when
 /// `WASM_IPAM_TEST_PANIC` names it, standing in for a bug there, so the tests can see
 /// what a panic leaves behind. Compiled out of release builds.
+#[track_caller]
 pub fn test_panic(point: &str) {
     #[cfg(debug_assertions)]
     if std::env::var("WASM_IPAM_TEST_PANIC").is_ok_and(|p| p == point) {

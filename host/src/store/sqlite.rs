@@ -395,6 +395,7 @@ impl Store for SqliteStore {
         quota: Quota,
         expired: &dyn Fn() -> bool,
     ) -> Result<(), CniError> {
+        crate::call::test_panic("store-commit");
         if changes.is_empty() {
             return Ok(());
         }
