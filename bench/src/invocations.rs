@@ -17,6 +17,8 @@ pub struct Invocation {
     pub store_open_ms: f64,
     pub budget_used_ms: f64,
     pub commit_ms: f64,
+    /// Making the commit durable, after the lock is released (0 in older logs).
+    pub sync_ms: f64,
     pub total_ms: f64,
     pub ok: bool,
     pub module_cached: bool,
@@ -74,6 +76,7 @@ pub fn read(path: &Path) -> Vec<Invocation> {
                 store_open_ms: num("store_open_ms"),
                 budget_used_ms: num("budget_used_ms"),
                 commit_ms: num("commit_ms"),
+                sync_ms: num("sync_ms"),
                 total_ms: num("total_ms"),
                 ok: v["outcome"] == "ok",
                 module_cached: v["module_cached"].as_bool().unwrap_or(false),

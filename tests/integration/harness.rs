@@ -370,27 +370,27 @@ impl Call<'_> {
     /// Runs the call under strace and returns it with the disk syncs it made, one
     /// line each (`fdatasync(7</path>) = 0`), threads included.
     pub fn run_counting_syncs(&self, conf: &Value) -> (Reply, Vec<String>) {
+        let (reply, lines) = self.run_tracing(conf, "fsync,fdatasync,sync_file_range,syncfs");
+        let syncs = lines.into_iter().filter(|l| l.contains("sync")).collect();
+        (reply, syncs)
+    }
+
+    /// Runs the call under `strace -f -y -e trace=SYSCALLS`; the trace's lines, in order.
+    pub fn run_tracing(&self, conf: &Value, syscalls: &str) -> (Reply, Vec<String>) {
         let trace = tempfile::NamedTempFile::new().unwrap();
         let mut command = Command::new("strace");
         command
-            .args([
-                "-f",
-                "-y",
-                "-e",
-                "trace=fsync,fdatasync,sync_file_range,syncfs",
-                "-o",
-            ])
+            .args(["-f", "-y", "-e", &format!("trace={syscalls}"), "-o"])
             .arg(trace.path())
             .arg(bin());
         let child = self.spawn_command(command, conf.to_string().as_bytes());
         let reply = reply(child.wait_with_output().unwrap());
-        let syncs = std::fs::read_to_string(trace.path())
+        let lines = std::fs::read_to_string(trace.path())
             .unwrap()
             .lines()
-            .filter(|l| l.contains("sync"))
             .map(str::to_string)
             .collect();
-        (reply, syncs)
+        (reply, lines)
     }
 }
 

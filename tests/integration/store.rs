@@ -147,3 +147,38 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
     );
     Call::new("ADD", "c3").run(&conf).ok();
 }
+
+#[test]
+fn the_lock_is_released_before_the_commit_is_synced_and_the_answer_after() {
+    let node = Node::new();
+    let conf = conf(&node);
+    Call::new("ADD", "c0").run(&conf).ok();
+    let (reply, lines) =
+        Call::new("ADD", "c1").run_tracing(&conf, "unlink,unlinkat,close,fdatasync,write");
+    reply.ok();
+    let position = |what: &str, pred: &dyn Fn(&str) -> bool| {
+        lines
+            .iter()
+            .position(|l| pred(l))
+            .unwrap_or_else(|| panic!("no {what} in {lines:#?}"))
+    };
+    let lock = node.lock_file().to_string_lossy().into_owned();
+    // The lock goes when its file closes and the call's queue ticket is unlinked.
+    let released = position("release of the lock", &|l| {
+        l.contains("unlink") && l.contains(".queue/")
+    });
+    let lock_closed = position("close of the lock file", &|l| {
+        l.contains("close(") && l.contains(&format!("<{lock}>"))
+    });
+    let synced = position("sync of the commit", &|l| {
+        l.contains("fdatasync(") && l.contains("store.sqlite-wal")
+    });
+    let answered = position("the answer on stdout", &|l| {
+        l.contains("write(1") && l.contains("cniVersion")
+    });
+    assert!(lock_closed < synced && released < synced, "{lines:#?}");
+    assert!(
+        synced < answered,
+        "answered before the commit was durable: {lines:#?}"
+    );
+}

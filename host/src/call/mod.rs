@@ -14,7 +14,7 @@ use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
 use crate::module::engine::{Call, LoadedModule, ModuleHost};
 use crate::module::host::{GuestLog, GuestState, GuestStore};
-use crate::store::{self, Quota};
+use crate::store::{self, Quota, Written};
 use deadline::Deadline;
 use serde_json::Value;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -71,10 +71,12 @@ struct Timings {
     lock_wait: Duration,
     lock_hold: Duration,
     /// Of the hold: opening the store, then the grant to the guest's return, then
-    /// committing its writes.
+    /// writing its commit.
     store_open: Duration,
     budget_used: Duration,
     commit: Duration,
+    /// After the hold: making the commit durable.
+    sync: Duration,
 }
 
 /// `json` is the netconf as [`handle`] decoded it, once; VERSION needs no netconf, so
@@ -118,15 +120,17 @@ fn run(
 }
 
 /// Parse and validate (done by the caller) → load and compile the module → take the
-/// lock → the deadline starts at the grant → instantiate → call the handler → commit
-/// the store → release the lock.
+/// lock → the deadline starts at the grant → instantiate → call the handler → write
+/// the commit → release the lock → sync the commit.
 ///
 /// Why this order: compiling before the lock keeps the lock held only for guest work;
 /// starting the deadline at the grant means a herd queued on the lock can never use up
 /// a call's budget (Calico's DEL once started its timer before the lock and failed
 /// under exactly that herd); committing only after the handler returns ok, and only
 /// before the deadline, means a failed or stopped guest leaves no partial state and the
-/// lock is held no longer than the deadline plus the final durable sync.
+/// lock is held no longer than the deadline plus the commit's last writes; syncing the
+/// commit after the release lets the next call go on while this one waits for the
+/// disk (see [`store::Written`]: the answer still waits for it).
 fn locked_call(
     invocation: &Invocation,
     conf: &NetConf,
@@ -150,15 +154,20 @@ fn locked_call(
     let (result, guest) = run_guest(&module, request, conf, deadline, call);
     let lock_wait = lock.waited();
     drop(lock);
+    let lock_hold = deadline.elapsed();
+    // The next call may go on now, reading what this one wrote; this one answers
+    // only once its commit is on disk.
+    let result = result.and_then(|(result, written)| written.sync().map(|()| result));
     report.log_dropped = guest.log_dropped;
     report.timings = Some(Timings {
         granted: deadline.granted_wall(),
         load,
         lock_wait,
-        lock_hold: deadline.elapsed(),
+        lock_hold,
         store_open: guest.store_open,
         budget_used: guest.budget_used,
         commit: guest.commit,
+        sync: deadline.elapsed() - lock_hold,
     });
     (result, report)
 }
@@ -193,16 +202,17 @@ struct GuestReport {
     log_dropped: u64,
 }
 
-/// Under the lock: open the store, instantiate and call the guest, and commit its
-/// staged writes only if it returned ok with a valid result, before the deadline and
-/// within the network's store quota.
+/// Under the lock: open the store, instantiate and call the guest, and write its
+/// staged writes as one commit only if it returned ok with a valid result, before the
+/// deadline and within the network's store quota. The commit is synced by the caller
+/// once the lock is released.
 fn run_guest(
     loaded: &Loaded,
     request: types::Request,
     conf: &NetConf,
     deadline: Deadline,
     call: Call,
-) -> (Result<Option<IpamResult>, CniError>, GuestReport) {
+) -> (Result<(Option<IpamResult>, Written), CniError>, GuestReport) {
     let mut report = GuestReport::default();
     let store = match store::open(&conf.ipam.data_dir, deadline.remaining()) {
         Ok(store) => store,
@@ -230,9 +240,10 @@ fn run_guest(
         .and_then(|r| r.map(answer::checked_result).transpose())
         .and_then(|result| {
             let (mut store, changes) = outcome.state.store.into_parts();
-            store.commit(&conf.name, &changes, quota, &|| deadline.expired())?;
+            let written =
+                store.commit_written(&conf.name, &changes, quota, &|| deadline.expired())?;
             test_panic("after-commit");
-            Ok(result)
+            Ok((result, written))
         });
     report.commit = deadline.elapsed() - report.budget_used;
     (result, report)
@@ -314,6 +325,7 @@ fn log_invocation(
         store_open_ms = phase(|t| t.store_open),
         budget_used_ms = phase(|t| t.budget_used),
         commit_ms = phase(|t| t.commit),
+        sync_ms = phase(|t| t.sync),
         budget_ms = ms(conf.ipam.deadline),
         total_ms = ms(started.elapsed()),
         module_cached = report.from_cache,

@@ -50,6 +50,31 @@ fn entry_bytes(key: &str, value: &[u8]) -> u64 {
     (key.len() + value.len()) as u64
 }
 
+/// A commit that is written (the next call to open the store reads it) but not yet
+/// on disk. A call releases its locks before syncing it, so the next call need not
+/// wait for this one's disk sync: the store's log is appended in order and one sync
+/// makes everything before it durable, so whichever call syncs first makes both
+/// durable. A call answers only after its own commit's sync, so no answer ever
+/// reports a commit a crash could still lose.
+#[must_use = "a commit is durable only once synced"]
+pub struct Written(Option<std::fs::File>);
+
+impl Written {
+    /// Nothing to sync: no changes, or already durable.
+    pub fn durable() -> Self {
+        Written(None)
+    }
+
+    pub fn sync(self) -> Result<(), CniError> {
+        match self.0 {
+            Some(log) => log
+                .sync_data()
+                .map_err(|e| store_error("cannot make the commit durable", e)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// One store backend. Reads see the last commit; [`Store::commit`] applies one
 /// network's changes atomically and durably, or not at all.
 pub trait Store: Send {
@@ -67,17 +92,30 @@ pub trait Store: Send {
     /// Every entry of every network (or of `network` only), as (network, key, value).
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError>;
 
-    /// Applies `changes` to `network` in one durable transaction, unless that would
-    /// grow the network past `quota` (code 108) or `expired()` turns true before every
-    /// change is written (code 103): then nothing is committed. Only the final durable
-    /// sync runs after the last look at the clock. No changes, no transaction.
+    /// Applies `changes` to `network` in one transaction, unless that would grow the
+    /// network past `quota` (code 108) or `expired()` turns true before every change
+    /// is written (code 103): then nothing is committed. No changes, no transaction.
+    /// Returns once the commit is written and visible to the next opener, before it
+    /// is durable: the caller releases its locks, then [`Written::sync`]s it.
+    fn commit_written(
+        &mut self,
+        network: &str,
+        changes: &Changes,
+        quota: Quota,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<Written, CniError>;
+
+    /// [`Store::commit_written`], then its sync: a durable commit.
     fn commit(
         &mut self,
         network: &str,
         changes: &Changes,
         quota: Quota,
         expired: &dyn Fn() -> bool,
-    ) -> Result<(), CniError>;
+    ) -> Result<(), CniError> {
+        self.commit_written(network, changes, quota, expired)?
+            .sync()
+    }
 
     /// `network`'s size as of the last commit, as the quota check reads it.
     fn usage(&self, network: &str) -> Result<Usage, CniError>;

@@ -1,6 +1,9 @@
-//! The embedded store: one SQLite database under `dataDir`, in WAL mode with
-//! `synchronous=FULL`, so a commit is one append to the log and one fsync, and a
-//! crash at any instant leaves either the old or the new state.
+//! The embedded store: one SQLite database under `dataDir`, in WAL mode, so a commit
+//! is one append to the log and one fsync of it, and a crash at any instant leaves
+//! either the old or the new state. SQLite itself does not sync a commit
+//! (`synchronous=NORMAL`, which in WAL mode still syncs around every checkpoint): the
+//! caller does, after releasing its locks ([`super::Written`]), so calls queued on the
+//! lock do not wait for each other's disk.
 //!
 //! Every call is its own process, so the connection is tuned for one short writer:
 //! - `locking_mode=EXCLUSIVE` (the host-wide lock already serialises every opener):
@@ -19,8 +22,8 @@
 //! since a store that lost its entries would hand out addresses still in use.
 
 use super::{
-    Changes, Quota, Store, Usage, WRITES_PER_CLOCK_CHECK, check_quota, entry_bytes, legacy,
-    store_error, too_late,
+    Changes, Quota, Store, Usage, WRITES_PER_CLOCK_CHECK, Written, check_quota, entry_bytes,
+    legacy, store_error, too_late,
 };
 use crate::error::{CniError, code};
 use crate::files;
@@ -105,14 +108,18 @@ impl SqliteStore {
     /// After a commit (already durable): once the log is past [`CHECKPOINT_BYTES`],
     /// copies it into the database, syncs that, and truncates the log. A crash
     /// midway leaves a log that the next open replays onto the same pages.
-    fn fold_log(&self) -> Result<(), CniError> {
+    /// Whether it folded.
+    fn fold_log(&self) -> Result<bool, CniError> {
         let size = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
         if size <= CHECKPOINT_BYTES {
-            return Ok(());
+            return Ok(false);
         }
+        // synchronous = NORMAL: the fold syncs the log before copying it and the
+        // database before truncating the log.
         self.conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .map_err(sqlite_error("checkpoint"))
+            .map_err(sqlite_error("checkpoint"))?;
+        Ok(true)
     }
 
     fn usage_in(conn: &Connection, network: &str) -> Result<Usage, CniError> {
@@ -206,7 +213,7 @@ fn connect(path: &Path) -> Result<Connection, CniError> {
     // locking_mode must be set before the first read takes a lock.
     conn.execute_batch(&format!(
         "PRAGMA locking_mode = EXCLUSIVE;
-         PRAGMA synchronous = FULL;
+         PRAGMA synchronous = NORMAL;
          PRAGMA wal_autocheckpoint = 0;
          PRAGMA cache_size = -{CACHE_KIB};"
     ))
@@ -388,16 +395,16 @@ impl Store for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(read)
     }
 
-    fn commit(
+    fn commit_written(
         &mut self,
         network: &str,
         changes: &Changes,
         quota: Quota,
         expired: &dyn Fn() -> bool,
-    ) -> Result<(), CniError> {
+    ) -> Result<Written, CniError> {
         crate::call::test_panic("store-commit");
         if changes.is_empty() {
-            return Ok(());
+            return Ok(Written::durable());
         }
         if expired() {
             return Err(too_late(changes));
@@ -460,13 +467,28 @@ impl Store for SqliteStore {
         if expired() {
             return Err(too_late(changes));
         }
+        // The log, to sync this commit once the caller has let go of its locks; opened
+        // before the commit, so a failure to open it leaves nothing written.
+        let log = File::open(&self.log).map_err(|e| store_error("cannot open the log", e))?;
+        let log_len = |log: &File| log.metadata().map(|m| m.len()).ok();
+        let before = log_len(&log);
         tx.commit().map_err(fail)?;
-        // The commit is durable: a fold that fails (a full disk, say) only leaves the
-        // log longer for the next commit to fold, so it must not fail the call.
-        if let Err(e) = self.fold_log() {
-            tracing::warn!(target: "store", "{e}; the log is folded by a later commit");
+        // Changes that change nothing (deleting what is not there) append no frame:
+        // nothing to sync. (The log only grows between folds, which truncate it.)
+        if before.is_some() && log_len(&log) == before {
+            return Ok(Written::durable());
         }
-        Ok(())
+        // A fold syncs the log before copying it, making this commit durable; one that
+        // fails (a full disk, say) only leaves the log longer for the next commit to
+        // fold, so it must not fail the call, which then syncs as usual.
+        match self.fold_log() {
+            Ok(true) => Ok(Written::durable()),
+            Ok(false) => Ok(Written(Some(log))),
+            Err(e) => {
+                tracing::warn!(target: "store", "{e}; the log is folded by a later commit");
+                Ok(Written(Some(log)))
+            }
+        }
     }
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
