@@ -18,6 +18,7 @@ use std::path::Path;
 
 pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
+const SYMLINK: &str = "is a symbolic link, which wasm-ipam never follows here";
 
 fn euid() -> u32 {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -99,18 +100,10 @@ pub fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => refused(
-                path,
-                "is a symbolic link, which wasm-ipam never follows here".into(),
-            ),
+            Some(libc::ELOOP) => refused(path, SYMLINK.into()),
             _ => e,
         })?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(refused(path, "is not a regular file".into()));
-    }
-    check_owned(path, &meta)?;
-    if meta.mode() & 0o077 != 0 {
+    if check_file_meta(path, &file.metadata()?)? {
         file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
     }
     Ok(file)
@@ -122,19 +115,22 @@ pub fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
 pub fn check_file(path: &Path) -> io::Result<()> {
     let meta = fs::symlink_metadata(path)?;
     if meta.file_type().is_symlink() {
-        return Err(refused(
-            path,
-            "is a symbolic link, which wasm-ipam never follows here".into(),
-        ));
+        return Err(refused(path, SYMLINK.into()));
     }
-    if !meta.is_file() {
-        return Err(refused(path, "is not a regular file".into()));
-    }
-    check_owned(path, &meta)?;
-    if meta.mode() & 0o077 != 0 {
+    if check_file_meta(path, &meta)? {
         fs::set_permissions(path, fs::Permissions::from_mode(FILE_MODE))?;
     }
     Ok(())
+}
+
+/// Refuses a file (`meta`, of `path`) that is not regular, not ours or writable by
+/// others; says whether others may read it, so it must be made 0600.
+fn check_file_meta(path: &Path, meta: &fs::Metadata) -> io::Result<bool> {
+    if !meta.is_file() {
+        return Err(refused(path, "is not a regular file".into()));
+    }
+    check_owned(path, meta)?;
+    Ok(meta.mode() & 0o077 != 0)
 }
 
 #[cfg(test)]

@@ -253,9 +253,10 @@ impl ModuleCache {
             }
         }
         // SAFETY: the file is an artifact our compiler serialised with an engine of
-        // the same identity (and wasmtime checks its header against this engine), owned by this user in a directory only this user
-        // can write, and its contents are those whose digest was checked (its identity
-        // is unchanged since). Artifacts are replaced by rename, never rewritten in
+        // the same identity (and wasmtime checks its header against this engine),
+        // owned by this user in a directory only this user can write, and its
+        // contents are those whose digest was checked (its identity is unchanged
+        // since). Artifacts are replaced by rename, never rewritten in
         // place, so the mapping stays valid.
         unsafe { Component::deserialize_file(engine, &path) }
             .map(Some)

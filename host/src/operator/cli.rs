@@ -132,16 +132,27 @@ enum StoreAction {
     },
 }
 
+/// Runs `f` under the host-wide lock, waiting at most `timeout` seconds for it; `f`
+/// gets how long it may wait for `store.lock` in turn.
+fn under_lock<T>(
+    lock_file: &Path,
+    timeout: f64,
+    f: impl FnOnce(Duration) -> Result<T, CniError>,
+) -> Result<T, CniError> {
+    let timeout = Duration::try_from_secs_f64(timeout).ok();
+    let _lock = lock::acquire(lock_file, timeout)?;
+    f(timeout.unwrap_or(Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS)))
+}
+
 fn with_store<T>(
     data_dir: &Path,
     lock_file: &Path,
     timeout: f64,
     f: impl FnOnce(&mut dyn Store) -> Result<T, CniError>,
 ) -> Result<T, CniError> {
-    let timeout = Duration::try_from_secs_f64(timeout).ok();
-    let _lock = lock::acquire(lock_file, timeout)?;
-    let wait = timeout.unwrap_or(Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS));
-    f(store::open(data_dir, wait)?.as_mut())
+    under_lock(lock_file, timeout, |wait| {
+        f(store::open(data_dir, wait)?.as_mut())
+    })
 }
 
 fn rfc3339(secs: u64) -> String {
@@ -297,9 +308,9 @@ fn store_action(action: StoreAction) -> Result<String, CniError> {
             ))
         }
         StoreAction::Restore { store, from } => {
-            let timeout = Duration::try_from_secs_f64(store.lock_timeout).ok();
-            let _lock = lock::acquire(&store.lock_file, timeout)?;
-            let kept = store::restore(&store.data_dir, &from)?;
+            let kept = under_lock(&store.lock_file, store.lock_timeout, |wait| {
+                store::restore(&store.data_dir, &from, wait)
+            })?;
             Ok(format!(
                 "restored {} from {}; the store it replaced, if any, is kept as {}\n",
                 store.data_dir.display(),

@@ -172,8 +172,9 @@ fn usage_problems(store: &dyn Store) -> Result<Vec<String>, CniError> {
 /// Puts the backup `from` (made by [`Store::backup`]) in place of the store in
 /// `data_dir`, keeping what was there beside it under a `.replaced-<unix time>`
 /// suffix. Call it under the host-wide lock.
-pub fn restore(data_dir: &Path, from: &Path) -> Result<PathBuf, CniError> {
-    sqlite::restore(data_dir, from)
+/// `wait` bounds the wait for `store.lock`, as [`open`]'s does.
+pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, CniError> {
+    sqlite::restore(data_dir, from, wait)
 }
 
 fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {

@@ -105,10 +105,10 @@ impl SqliteStore {
         })
     }
 
-    /// After a commit (already durable): once the log is past [`CHECKPOINT_BYTES`],
-    /// copies it into the database, syncs that, and truncates the log. A crash
-    /// midway leaves a log that the next open replays onto the same pages.
-    /// Whether it folded.
+    /// After a commit (written, not yet synced): once the log is past
+    /// [`CHECKPOINT_BYTES`], syncs it, copies it into the database, syncs that, and
+    /// truncates the log; says whether it did. A crash midway leaves a log that the
+    /// next open replays onto the same pages.
     fn fold_log(&self) -> Result<bool, CniError> {
         let size = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
         if size <= CHECKPOINT_BYTES {
@@ -281,21 +281,7 @@ fn damaged(path: &Path, e: impl std::fmt::Display) -> CniError {
 fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
     let creating =
         |e: &dyn std::fmt::Display| store_error(&format!("cannot create {}", path.display()), e);
-    let temp = temp_path(path);
-    for leftover in [
-        temp.clone(),
-        sidecar(&temp, "-wal"),
-        sidecar(&temp, "-journal"),
-    ] {
-        match fs::remove_file(&leftover) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(creating(&e)),
-        }
-    }
-    // SQLite creates its files with mode 0644; made empty here, the database (and
-    // the log, which SQLite gives the database's mode) is 0600 whatever the umask.
-    private_file(&temp, true).map_err(|e| creating(&e))?;
+    let (temp, _) = fresh_temp(path).map_err(|e| creating(&e))?;
     let migrated = {
         let mut conn = Connection::open_with_flags(&temp, OPEN_FLAGS).map_err(|e| creating(&e))?;
         conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0))
@@ -322,6 +308,37 @@ fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
         legacy::retire(data_dir)?;
     }
     Ok(())
+}
+
+/// A new, empty, private file to build the database at `path` under (see
+/// [`create`], [`restore`]), after clearing what a build killed midway left there.
+/// SQLite creates its files with mode 0644; made empty here, the database (and the
+/// log, which SQLite gives the database's mode) is 0600 whatever the umask.
+fn fresh_temp(path: &Path) -> std::io::Result<(PathBuf, File)> {
+    let temp = temp_path(path);
+    for leftover in [
+        temp.clone(),
+        sidecar(&temp, "-wal"),
+        sidecar(&temp, "-journal"),
+    ] {
+        match fs::remove_file(&leftover) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let file = private_file(&temp, true)?;
+    Ok((temp, file))
+}
+
+/// What SQLite's integrity check finds wrong with every page and index: nothing if
+/// the database is whole.
+fn integrity_problems(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let lines = conn
+        .prepare("PRAGMA integrity_check")?
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(lines.into_iter().filter(|line| line != "ok").collect())
 }
 
 fn temp_path(path: &Path) -> PathBuf {
@@ -496,17 +513,7 @@ impl Store for SqliteStore {
     }
 
     fn check(&self) -> Result<Vec<String>, CniError> {
-        let mut problems: Vec<String> = self
-            .conn
-            .prepare("PRAGMA integrity_check")
-            .and_then(|mut s| {
-                s.query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(sqlite_error("check"))?
-            .into_iter()
-            .filter(|line| line != "ok")
-            .collect();
+        let mut problems = integrity_problems(&self.conn).map_err(sqlite_error("check"))?;
         if problems.is_empty() {
             problems = super::usage_problems(self)?;
         }
@@ -533,44 +540,21 @@ impl Store for SqliteStore {
 
 /// See [`super::restore`]: checks the backup is a whole wasm-ipam store, copies it
 /// in under a temporary name in WAL mode, syncs it, and swaps it in.
-pub fn restore(data_dir: &Path, from: &Path) -> Result<PathBuf, CniError> {
+pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, CniError> {
     let failed =
         |e: &dyn std::fmt::Display| store_error(&format!("cannot restore {}", from.display()), e);
     files::private_dir(data_dir).map_err(|e| failed(&e))?;
-    let _lock = lock_store(data_dir, Duration::from_secs(30))?;
+    let _lock = lock_store(data_dir, wait)?;
     let path = data_dir.join(DATABASE_FILE);
-    let temp = temp_path(&path);
-    for leftover in [
-        temp.clone(),
-        sidecar(&temp, "-wal"),
-        sidecar(&temp, "-journal"),
-    ] {
-        match fs::remove_file(&leftover) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(failed(&e)),
-        }
-    }
-    private_file(&temp, true).map_err(|e| failed(&e))?;
-    std::io::copy(
-        &mut File::open(from).map_err(|e| failed(&e))?,
-        &mut OpenOptions::new()
-            .write(true)
-            .open(&temp)
-            .map_err(|e| failed(&e))?,
-    )
-    .map_err(|e| failed(&e))?;
+    let (temp, mut copy) = fresh_temp(&path).map_err(|e| failed(&e))?;
+    std::io::copy(&mut File::open(from).map_err(|e| failed(&e))?, &mut copy)
+        .map_err(|e| failed(&e))?;
+    drop(copy);
     {
         let conn = Connection::open_with_flags(&temp, OPEN_FLAGS).map_err(|e| failed(&e))?;
         check_identity(&conn, from)?;
-        let problems: Vec<String> = conn
-            .prepare("PRAGMA integrity_check")
-            .and_then(|mut s| {
-                s.query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(|e| failed(&e))?;
-        if problems != ["ok"] {
+        let problems = integrity_problems(&conn).map_err(|e| failed(&e))?;
+        if !problems.is_empty() {
             let _ = fs::remove_file(&temp);
             return Err(failed(&problems.join("; ")));
         }
