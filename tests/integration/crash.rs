@@ -152,19 +152,6 @@ fn a_call_killed_mid_commit_leaves_all_of_its_writes_or_none() {
     assert!(seen_whole, "no kill point came after the commit's writes");
 }
 
-/// A small deterministic generator for the kill instants.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % below
-    }
-}
-
 #[test]
 fn calls_killed_at_random_instants_never_double_book_or_leak() {
     let _heavy = exclusive();
@@ -182,20 +169,14 @@ fn calls_killed_at_random_instants_never_double_book_or_leak() {
                 .iter()
                 .map(|id| Call::new("ADD", id).spawn(&conf))
                 .collect();
-            let victim = rng.next(children.len() as u64) as usize;
-            std::thread::sleep(Duration::from_millis(rng.next(40)));
+            let victim = rng.next(children.len());
+            std::thread::sleep(Duration::from_millis(rng.next(40) as u64));
             let _ = children[victim].kill();
             let mut handed_out = Vec::new();
             for (id, child) in ids.iter().zip(children) {
                 let reply = reply(child.wait_with_output().unwrap());
                 if reply.success {
-                    let address = reply.json.unwrap()["ips"][0]["address"]
-                        .as_str()
-                        .unwrap()
-                        .split('/')
-                        .next()
-                        .unwrap()
-                        .to_string();
+                    let address = reply.address().split('/').next().unwrap().to_string();
                     handed_out.push((address, id.clone()));
                 } else {
                     killed_total += 1;

@@ -30,19 +30,6 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     inputs
 }
 
-/// A small deterministic generator (the same stream on every run).
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self, below: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 33) % below.max(1) as u64) as usize
-    }
-}
-
 /// Tokens worth splicing into CNI inputs.
 const TOKENS: &[&[u8]] = &[
     b"\"",

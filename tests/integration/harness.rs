@@ -138,6 +138,13 @@ impl Reply {
             .unwrap_or_default()
     }
 
+    /// The first address of a successful ADD's result (a CIDR), asserting success.
+    pub fn address(&self) -> &str {
+        self.ok().json.as_ref().unwrap()["ips"][0]["address"]
+            .as_str()
+            .expect("an ADD result with an address")
+    }
+
     pub fn ok(&self) -> &Self {
         assert!(
             self.success,
@@ -409,5 +416,20 @@ fn reply_from(success: bool, stdout: &[u8], stderr: &[u8]) -> Reply {
         json,
         stdout,
         stderr: String::from_utf8_lossy(stderr).into_owned(),
+    }
+}
+
+/// A small deterministic generator for tests that choose at random (kill instants,
+/// mutations): the same stream on every run, so a failure reproduces.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// The next number below `below` (0 when `below` is 0).
+    pub fn next(&mut self, below: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % below.max(1) as u64) as usize
     }
 }

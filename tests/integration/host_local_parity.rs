@@ -61,12 +61,6 @@ fn side_by_side(version: &str, ipam: Value, steps: &[Step]) {
     }
 }
 
-fn address(reply: &Reply) -> &str {
-    reply.ok().json.as_ref().unwrap()["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-}
-
 fn adds(containers: &[&'static str]) -> Vec<Step> {
     containers
         .iter()
@@ -153,19 +147,19 @@ fn failed_add_leaves_no_trace_unlike_host_local() {
             Step("ADD", "c3", "eth0", ""),
         ],
     );
-    assert_eq!(address(&replies[0].0), "10.38.0.2/24");
+    assert_eq!(replies[0].0.address(), "10.38.0.2/24");
     assert_eq!(
         replies[1].0.msg(),
         replies[1].1.msg(),
         "both refuse the leftover IP"
     );
     assert_eq!(
-        address(&replies[2].0),
+        replies[2].0.address(),
         "10.38.0.3/24",
         "wasm-ipam: nothing kept"
     );
     assert_eq!(
-        address(&replies[2].1),
+        replies[2].1.address(),
         "10.38.0.4/24",
         "host-local: cursor kept"
     );

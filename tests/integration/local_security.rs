@@ -124,6 +124,19 @@ fn another_local_user_can_neither_read_nor_lock_any_of_them() {
     }
 }
 
+/// Asserts `reply` failed with `code`; its error JSON as text, to look for words in.
+fn refusal(reply: &Reply, code: u64) -> String {
+    assert_eq!(reply.error_code(), code, "{reply:?}");
+    reply.json.as_ref().unwrap().to_string()
+}
+
+/// An empty file at `node`'s lockFile, made by the test before any call.
+fn plant_lock_file(node: &Node) -> PathBuf {
+    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
+    std::fs::write(node.lock_file(), "").unwrap();
+    node.lock_file()
+}
+
 #[test]
 fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
     let chown_nobody =
@@ -132,34 +145,20 @@ fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
     let node = Node::new();
     std::fs::create_dir(node.data_dir()).unwrap();
     chown_nobody(&node.data_dir());
-    let reply = Call::new("ADD", "c1").run(&conf(&node));
-    assert_eq!(reply.error_code(), 104);
-    let text = reply.json.as_ref().unwrap().to_string();
+    let text = refusal(&Call::new("ADD", "c1").run(&conf(&node)), 104);
     assert!(text.contains("owned by uid 65534"), "{text}");
     assert!(text.contains(node.data_dir().to_str().unwrap()), "{text}");
 
     let node = Node::new();
     std::fs::create_dir(node.data_dir()).unwrap();
     std::fs::set_permissions(node.data_dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let reply = Call::new("ADD", "c1").run(&conf(&node));
-    assert_eq!(reply.error_code(), 104);
-    let text = reply.json.as_ref().unwrap().to_string();
+    let text = refusal(&Call::new("ADD", "c1").run(&conf(&node)), 104);
     assert!(text.contains("writable by its group or others"), "{text}");
 
     let node = Node::new();
-    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
-    std::fs::write(node.lock_file(), "").unwrap();
-    chown_nobody(&node.lock_file());
-    let reply = Call::new("ADD", "c1").run(&conf(&node));
-    assert_eq!(reply.error_code(), 5);
-    assert!(
-        reply
-            .json
-            .as_ref()
-            .unwrap()
-            .to_string()
-            .contains("owned by uid 65534")
-    );
+    chown_nobody(&plant_lock_file(&node));
+    let text = refusal(&Call::new("ADD", "c1").run(&conf(&node)), 5);
+    assert!(text.contains("owned by uid 65534"), "{text}");
 
     let node = Node::new();
     std::fs::create_dir_all(node.log_file().parent().unwrap()).unwrap();
@@ -171,9 +170,11 @@ fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
 
     // One of ours that others could only read is made private and used.
     let node = Node::new();
-    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
-    std::fs::write(node.lock_file(), "").unwrap();
-    std::fs::set_permissions(node.lock_file(), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(
+        plant_lock_file(&node),
+        std::fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
     Call::new("ADD", "c1").run(&conf(&node)).ok();
     assert_eq!(mode(&node.lock_file()), 0o600);
 }
@@ -185,16 +186,8 @@ fn symlinks_are_never_followed() {
     std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
     let target = node.dir.path().join("target-of-lock");
     std::os::unix::fs::symlink(&target, node.lock_file()).unwrap();
-    let reply = Call::new("ADD", "c1").run(&conf(&node));
-    assert_eq!(reply.error_code(), 5);
-    assert!(
-        reply
-            .json
-            .as_ref()
-            .unwrap()
-            .to_string()
-            .contains("symbolic link")
-    );
+    let text = refusal(&Call::new("ADD", "c1").run(&conf(&node)), 5);
+    assert!(text.contains("symbolic link"), "{text}");
     assert!(!target.exists());
 
     // A queue `tail` replaced by a link to another file: that file is left alone.
@@ -267,11 +260,8 @@ fn one_data_dir_under_two_lock_files_hands_out_each_address_once() {
     let mut addresses: Vec<String> = children
         .into_iter()
         .map(|child| {
-            let reply = reply(child.wait_with_output().unwrap());
-            reply.ok();
-            reply.json.unwrap()["ips"][0]["address"]
-                .as_str()
-                .unwrap()
+            reply(child.wait_with_output().unwrap())
+                .address()
                 .to_string()
         })
         .collect();

@@ -12,13 +12,6 @@ fn operator(node: &Node, args: &[&str]) -> String {
     operator_command(args.iter().copied().chain(["--lock-file", &lock]))
 }
 
-fn address(reply: &Reply) -> String {
-    reply.ok().json.as_ref().unwrap()["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 #[test]
 fn exclude_and_cooldown_show_in_list_and_stats() {
     let node = Node::new();
@@ -27,8 +20,8 @@ fn exclude_and_cooldown_show_in_list_and_stats() {
         &host_local_module(),
         json!({"subnet": "10.40.0.0/29", "exclude": ["10.40.0.6"], "reuseCooldownSeconds": 3600}),
     );
-    assert_eq!(address(&Call::new("ADD", "c1").run(&conf)), "10.40.0.2/29");
-    assert_eq!(address(&Call::new("ADD", "c2").run(&conf)), "10.40.0.3/29");
+    assert_eq!(Call::new("ADD", "c1").run(&conf).address(), "10.40.0.2/29");
+    assert_eq!(Call::new("ADD", "c2").run(&conf).address(), "10.40.0.3/29");
     Call::new("DEL", "c1").run(&conf).ok();
 
     let data_dir = node.data_dir().to_string_lossy().into_owned();
@@ -94,8 +87,8 @@ fn exclude_and_cooldown_show_in_list_and_stats() {
     );
 
     // The released .2 cools down and .6 is excluded: two addresses left, then none.
-    assert_eq!(address(&Call::new("ADD", "c3").run(&conf)), "10.40.0.4/29");
-    assert_eq!(address(&Call::new("ADD", "c4").run(&conf)), "10.40.0.5/29");
+    assert_eq!(Call::new("ADD", "c3").run(&conf).address(), "10.40.0.4/29");
+    assert_eq!(Call::new("ADD", "c4").run(&conf).address(), "10.40.0.5/29");
     let full = Call::new("ADD", "c5").run(&conf);
     full.error_code();
     assert!(
@@ -117,7 +110,7 @@ fn a_large_ipv6_exclusion_costs_per_range() {
         json!({"subnet": "fd00::/64", "exclude": ["fd00::/100"], "deadlineSeconds": 10}),
     );
     assert_eq!(
-        address(&Call::new("ADD", "c1").run(&conf)),
+        Call::new("ADD", "c1").run(&conf).address(),
         "fd00::1000:0/64"
     );
     Call::new("STATUS", "").run(&conf).ok();
@@ -186,8 +179,8 @@ fn import_from_host_local_continues_without_reuse() {
 
     // wasm-ipam continues where host-local stopped: the next address is the one host-local
     // would hand out, never one still held.
-    let ours = address(&Call::new("ADD", "c4").run(&conf));
-    let theirs = address(&host_local(&hl, "ADD", "c4"));
+    let ours = Call::new("ADD", "c4").run(&conf).address().to_string();
+    let theirs = host_local(&hl, "ADD", "c4").address().to_string();
     assert_eq!(ours, theirs);
     assert_eq!(ours, "10.41.0.5/24");
     // An imported allocation is released by wasm-ipam's DEL.

@@ -170,11 +170,8 @@ fn concurrent_adds_get_distinct_addresses() {
     let mut addresses: Vec<String> = children
         .into_iter()
         .map(|child| {
-            let reply = reply(child.wait_with_output().unwrap());
-            reply.ok();
-            reply.json.unwrap()["ips"][0]["address"]
-                .as_str()
-                .unwrap()
+            reply(child.wait_with_output().unwrap())
+                .address()
                 .to_string()
         })
         .collect();
