@@ -109,8 +109,8 @@ impl SqliteStore {
     /// [`CHECKPOINT_BYTES`], syncs it, copies it into the database, syncs that, and
     /// truncates the log; says whether it did. A crash midway leaves a log that the
     /// next open replays onto the same pages.
-    fn fold_log(&self) -> Result<bool, CniError> {
-        let size = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+    /// `size` is the log's, as the commit left it.
+    fn fold_log(&self, size: u64) -> Result<bool, CniError> {
         if size <= CHECKPOINT_BYTES {
             return Ok(false);
         }
@@ -488,17 +488,18 @@ impl Store for SqliteStore {
         // before the commit, so a failure to open it leaves nothing written.
         let log = File::open(&self.log).map_err(|e| store_error("cannot open the log", e))?;
         let log_len = |log: &File| log.metadata().map(|m| m.len()).ok();
-        let before = log_len(&log);
+        let log_before = log_len(&log);
         tx.commit().map_err(fail)?;
         // Changes that change nothing (deleting what is not there) append no frame:
         // nothing to sync. (The log only grows between folds, which truncate it.)
-        if before.is_some() && log_len(&log) == before {
+        let log_after = log_len(&log);
+        if log_before.is_some() && log_after == log_before {
             return Ok(Written::durable());
         }
         // A fold syncs the log before copying it, making this commit durable; one that
         // fails (a full disk, say) only leaves the log longer for the next commit to
         // fold, so it must not fail the call, which then syncs as usual.
-        match self.fold_log() {
+        match self.fold_log(log_after.unwrap_or(0)) {
             Ok(true) => Ok(Written::durable()),
             Ok(false) => Ok(Written(Some(log))),
             Err(e) => {
@@ -616,6 +617,34 @@ mod tests {
             .err()
             .expect("refused");
         assert!(format!("{err:?}").contains("application_id"), "{err:?}");
+    }
+
+    #[test]
+    fn the_commit_that_passes_the_fold_size_folds_the_log_and_is_already_durable() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = sidecar(&dir.path().join(DATABASE_FILE), "-wal");
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let value = vec![7u8; 16 << 10];
+        let mut commits = 0;
+        let folded = loop {
+            assert!(commits < 64, "no fold after {commits} commits");
+            let change = Changes::from([(format!("k{commits}"), Some(value.clone()))]);
+            let written = store
+                .commit_written("n", &change, Quota::UNLIMITED, &|| false)
+                .unwrap();
+            commits += 1;
+            let log_len = fs::metadata(&log).unwrap().len();
+            if written.0.is_none() {
+                break log_len;
+            }
+            assert!(log_len > 0, "an unfolded commit is in the log");
+            written.sync().unwrap();
+        };
+        assert_eq!(folded, 0, "the fold truncates the log");
+        assert!(commits > 1, "the first commit alone passed the fold size");
+        drop(store);
+        let store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(store.entries(None).unwrap().len(), commits);
     }
 
     #[test]
