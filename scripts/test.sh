@@ -20,7 +20,7 @@ rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p probe -- -D warnings
+cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -- -D warnings
 # The per-call binary must carry no compiler: nothing in its build graph may pull in
 # Cranelift's code generator (the compiler is compiler/'s own binary). The check is
 # live: the same query on wasm-ipam-compiler lists it.

@@ -71,8 +71,12 @@ pub const INTERNAL_ERROR: u32 = 109;
 
 /// Codes the guest SDK returns on a module's behalf.
 pub const SDK_RESERVED: RangeInclusive<u32> = 120..=139;
-/// The host refused a store write (key, value or the call's staged set too large).
+/// The host refused a store write: key, value or the call's staged set too large, or
+/// a write in a read-only call (`inspect`).
 pub const STORE_WRITE_REFUSED: u32 = 120;
+/// The module does not implement what it was asked: an `inspect` or `migrate`
+/// operation, or an import format (the SDK's defaults answer it).
+pub const NOT_IMPLEMENTED: u32 = 121;
 
 /// The first code free for a module's own failures.
 pub const MODULE_SPECIFIC: u32 = 140;
@@ -118,6 +122,7 @@ pub const NAMED: &[(u32, &str)] = &[
     (STORE_QUOTA_EXCEEDED, "STORE_QUOTA_EXCEEDED"),
     (INTERNAL_ERROR, "INTERNAL_ERROR"),
     (STORE_WRITE_REFUSED, "STORE_WRITE_REFUSED"),
+    (NOT_IMPLEMENTED, "NOT_IMPLEMENTED"),
 ];
 
 #[cfg(test)]

@@ -1,100 +1,102 @@
-//! SDK for writing wasm-ipam IPAM modules (WebAssembly components the `wasm-ipam` CNI
-//! plugin runs under its host-wide lock and post-grant deadline).
+//! SDK for writing wasm-ipam IPAM modules: WebAssembly components the `wasm-ipam` CNI
+//! plugin runs under its host-wide lock and post-grant deadline.
 //!
-//! A module implements [`IpamModule`] and exports it with [`export_module!`]:
+//! A module implements [`IpamModule`] over a [`Store`] it is handed, and exports it
+//! with [`export_module!`]. Because the store is an argument, the same code runs in
+//! the host (on [`store::HostStore`]) and in a plain `cargo test` (on
+//! [`store::MemoryStore`]). A module that hands out the addresses of a /30 to one
+//! attachment each, and lists them for `wasm-ipam list`:
 //!
-//! ```ignore
-//! struct MyIpam;
-//! impl wasm_ipam_guest::IpamModule for MyIpam { /* add, del, check, gc, status */ }
-//! wasm_ipam_guest::export_module!(MyIpam);
+//! ```
+//! use wasm_ipam_guest::store::{MemoryStore, Store};
+//! use wasm_ipam_guest::{Allocation, Command, Context, Error, IpConfig, IpamModule};
+//! use wasm_ipam_guest::{IpamResult, Request, error::code, export_module};
+//!
+//! struct Tiny;
+//!
+//! impl IpamModule for Tiny {
+//!     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+//!         let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
+//!         let ip = ["10.0.0.2"]
+//!             .into_iter()
+//!             .find(|ip| store.get(&format!("ip/{ip}")).is_none())
+//!             .ok_or_else(|| Error::new(code::MODULE_SPECIFIC, "no address left"))?;
+//!         store.put(&format!("ip/{ip}"), owner.as_bytes())?;
+//!         Ok(IpamResult::default().ip(IpConfig::new(format!("{ip}/30")).gateway("10.0.0.1")))
+//!     }
+//!
+//!     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
+//!         let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
+//!         for (key, value) in store.list("ip/") {
+//!             if value == owner.as_bytes() {
+//!                 store.delete(&key)?;
+//!             }
+//!         }
+//!         Ok(())
+//!     }
+//!
+//!     fn allocations(_: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+//!         let mut held = Vec::new();
+//!         for (key, value) in store.list("ip/") {
+//!             let owner = String::from_utf8_lossy(&value);
+//!             let (id, ifname) = owner.split_once("\r\n").unwrap_or((&owner, ""));
+//!             held.push(Allocation::new(&key["ip/".len()..], id, ifname));
+//!         }
+//!         Ok(held)
+//!     }
+//! }
+//!
+//! // In a wasm32 build this exports the module; natively it only checks the type.
+//! export_module!(Tiny);
+//!
+//! // The module's logic, tested natively over an in-memory store.
+//! let config = serde_json::json!({"cniVersion": "1.1.0", "name": "net"});
+//! let add = Request::for_test(Command::Add, "ctr-1", "eth0", config.clone());
+//! let mut store = MemoryStore::default();
+//! let result = Tiny::add(&add, &mut store)?;
+//! assert_eq!(result.ips[0].address, "10.0.0.2/30");
+//! assert_eq!(Tiny::add(&add, &mut store).unwrap_err().msg, "no address left");
+//!
+//! // CHECK, GC, STATUS and `stats` come from the defaults, built on `allocations`.
+//! Tiny::check(&Request::for_test(Command::Check, "ctr-1", "eth0", config.clone()), &store)?;
+//! Tiny::gc(&Request::for_test(Command::Gc, "", "", config), &[], &mut store)?;
+//! assert!(store.entries.is_empty());
+//! # Ok::<(), Error>(())
 //! ```
 //!
 //! The module is instantiated only after the host holds the host-wide IPAM lock, and
-//! [`deadline`] measures the budget from that grant. Store writes made through
-//! [`store`] are staged and committed by the host only when the handler returns `Ok`.
-//! Build with `cargo build --target wasm32-wasip2`.
+//! [`deadline`] measures the budget from that grant. Store writes are staged and
+//! committed by the host only when the handler returns `Ok`; inspect's handlers
+//! ([`IpamModule::allocations`], [`IpamModule::pools`]) only read.
+//!
+//! Build with `cargo build --release --target wasm32-wasip2`; a module crate is a
+//! `cdylib` (the component) and an `rlib` (for its native tests).
 
 pub mod bindings;
 pub mod deadline;
 pub mod error;
+mod export;
+mod inspect;
 pub mod log;
+mod migrate;
+mod module;
 mod request;
+mod result;
 pub mod store;
 
 pub use bindings::cni::ipam::types::{
     Attachment, Command, Dns, Error, IpConfig, IpamResult, Route, WallInstant,
 };
+pub use bindings::exports::cni::ipam::inspect::{Allocation, Pool};
+pub use bindings::exports::cni::ipam::migrate::{ImportReport, StateFile};
+pub use inspect::Context;
+pub use migrate::ImportRequest;
+pub use module::IpamModule;
 pub use request::Request;
 pub use store::Store;
-
-/// What a module implements: one function per CNI command.
-///
-/// Each returns a CNI [`Error`] on failure; the host prints it for the runtime and
-/// discards the call's store writes.
-pub trait IpamModule {
-    /// Allocates addresses for `request.container_id()` / `request.ifname()`.
-    fn add(request: &Request) -> Result<IpamResult, Error>;
-    /// Releases what ADD allocated; succeeds when nothing is allocated.
-    fn del(request: &Request) -> Result<(), Error>;
-    /// Verifies the attachment still holds what ADD allocated.
-    fn check(request: &Request) -> Result<(), Error>;
-    /// Releases everything not held by one of `valid_attachments`.
-    fn gc(request: &Request, valid_attachments: &[Attachment]) -> Result<(), Error>;
-    /// Reports whether the module can serve ADDs (CNI STATUS).
-    fn status(request: &Request) -> Result<(), Error>;
-}
 
 /// Glue used by [`export_module!`]; not part of the public API.
 #[doc(hidden)]
 pub mod __export {
-    use super::*;
-    use bindings::cni::ipam::types::Request as RawRequest;
-
-    pub fn add<M: IpamModule>(raw: RawRequest) -> Result<IpamResult, Error> {
-        M::add(&Request::new(raw)?)
-    }
-    pub fn del<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
-        M::del(&Request::new(raw)?)
-    }
-    pub fn check<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
-        M::check(&Request::new(raw)?)
-    }
-    pub fn gc<M: IpamModule>(raw: RawRequest, valid: Vec<Attachment>) -> Result<(), Error> {
-        M::gc(&Request::new(raw)?, &valid)
-    }
-    pub fn status<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
-        M::status(&Request::new(raw)?)
-    }
-}
-
-/// Exports a type implementing [`IpamModule`] as this component's `handler`.
-#[macro_export]
-macro_rules! export_module {
-    ($module:ty) => {
-        const _: () = {
-            use $crate::bindings::cni::ipam::types as __types;
-            struct __WasmIpamExport;
-            impl $crate::bindings::exports::cni::ipam::handler::Guest for __WasmIpamExport {
-                fn add(r: __types::Request) -> Result<__types::IpamResult, __types::Error> {
-                    $crate::__export::add::<$module>(r)
-                }
-                fn del(r: __types::Request) -> Result<(), __types::Error> {
-                    $crate::__export::del::<$module>(r)
-                }
-                fn check(r: __types::Request) -> Result<(), __types::Error> {
-                    $crate::__export::check::<$module>(r)
-                }
-                fn gc(
-                    r: __types::Request,
-                    valid: Vec<__types::Attachment>,
-                ) -> Result<(), __types::Error> {
-                    $crate::__export::gc::<$module>(r, valid)
-                }
-                fn status(r: __types::Request) -> Result<(), __types::Error> {
-                    $crate::__export::status::<$module>(r)
-                }
-            }
-    $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
-        };
-    };
+    pub use crate::export::*;
 }

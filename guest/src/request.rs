@@ -3,30 +3,63 @@
 
 use crate::bindings::cni::ipam::types::Request as RawRequest;
 use crate::error::code;
-use crate::{Command, Error, WallInstant};
+use crate::{Attachment, Command, Error, WallInstant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// One CNI invocation.
+///
+/// Outside a host, tests build one with [`Request::for_test`] and the `with_*` helpers:
+///
+/// ```
+/// use serde_json::json;
+/// use wasm_ipam_guest::{Command, Request};
+///
+/// let config = json!({"cniVersion": "1.1.0", "name": "net", "ipam": {"subnet": "10.0.0.0/29"}});
+/// let request = Request::for_test(Command::Add, "ctr-1", "eth0", config)
+///     .with_args(&[("IP", "10.0.0.5")])
+///     .with_node_name("node-a")
+///     .with_lock_granted_at(1_700_000_000);
+/// assert_eq!(request.network_name(), "net");
+/// assert_eq!(request.arg("IP"), Some("10.0.0.5"));
+/// assert_eq!(request.node_name(), "node-a");
+/// assert_eq!(request.lock_granted_at().seconds, 1_700_000_000);
+/// ```
+#[derive(Debug, Clone)]
 pub struct Request {
     raw: RawRequest,
     config: Value,
 }
 
+/// Parses a network configuration the host sent; invalid JSON is code 6.
+pub(crate) fn parse_config(text: &str) -> Result<Value, Error> {
+    serde_json::from_str(text).map_err(|e| {
+        Error::new(
+            code::DECODING_FAILURE,
+            "network configuration is not valid JSON",
+        )
+        .with_details(e.to_string())
+    })
+}
+
+/// The configuration's `ipam` section deserialised into `T` (a missing section is
+/// `null`); a mismatch is code 7.
+pub(crate) fn ipam_section<T: DeserializeOwned>(config: &Value) -> Result<T, Error> {
+    let ipam = config.get("ipam").cloned().unwrap_or(Value::Null);
+    serde_json::from_value(ipam)
+        .map_err(|e| Error::invalid_config(format!("invalid ipam configuration: {e}")))
+}
+
 impl Request {
     /// Wraps the host's request, parsing the network configuration JSON.
     pub fn new(raw: RawRequest) -> Result<Self, Error> {
-        let config = serde_json::from_str(&raw.config).map_err(|e| {
-            Error::new(
-                code::DECODING_FAILURE,
-                "network configuration is not valid JSON",
-            )
-            .with_details(e.to_string())
-        })?;
+        let config = parse_config(&raw.config)?;
         Ok(Request { raw, config })
     }
 
-    /// Builds a request from parts, for tests of module logic outside a host.
+    /// Builds a request from parts, for tests of module logic outside a host: the
+    /// network name and CNI version come from `config`, the node is `test-node`, the
+    /// lock was granted at the epoch, and there are no CNI_ARGS, netns or prevResult.
     pub fn for_test(command: Command, container_id: &str, ifname: &str, config: Value) -> Self {
         Request {
             raw: RawRequest {
@@ -39,10 +72,8 @@ impl Request {
                 cni_version: config["cniVersion"].as_str().unwrap_or_default().into(),
                 config: config.to_string(),
                 prev_result: None,
-                lock_granted_at: WallInstant {
-                    seconds: 0,
-                    nanoseconds: 0,
-                },
+                lock_granted_at: WallInstant::default(),
+                node_name: "test-node".into(),
             },
             config,
         }
@@ -57,6 +88,45 @@ impl Request {
         self
     }
 
+    /// Sets the node name, for tests of module logic outside a host.
+    pub fn with_node_name(mut self, node_name: &str) -> Self {
+        self.raw.node_name = node_name.into();
+        self
+    }
+
+    /// Sets when the lock was granted, in Unix seconds, for tests outside a host.
+    pub fn with_lock_granted_at(mut self, seconds: u64) -> Self {
+        self.raw.lock_granted_at = WallInstant {
+            seconds,
+            nanoseconds: 0,
+        };
+        self
+    }
+
+    /// Sets CNI_NETNS, for tests of module logic outside a host.
+    pub fn with_netns(mut self, netns: &str) -> Self {
+        self.raw.netns = netns.into();
+        self
+    }
+
+    /// Sets `prevResult` (JSON), for tests of module logic outside a host.
+    pub fn with_prev_result(mut self, prev_result: &str) -> Self {
+        self.raw.prev_result = Some(prev_result.into());
+        self
+    }
+
+    /// The same call made for another attachment (the SDK's default GC runs a DEL for
+    /// each attachment it collects).
+    pub(crate) fn for_attachment(&self, command: Command, attachment: &Attachment) -> Self {
+        let mut request = self.clone();
+        request.raw.command = command;
+        request.raw.container_id = attachment.container_id.clone();
+        request.raw.ifname = attachment.ifname.clone();
+        request.raw.netns = String::new();
+        request.raw.prev_result = None;
+        request
+    }
+
     pub fn command(&self) -> Command {
         self.raw.command
     }
@@ -68,6 +138,13 @@ impl Request {
     }
     pub fn ifname(&self) -> &str {
         &self.raw.ifname
+    }
+    /// The attachment this call is for: container id and interface name.
+    pub fn attachment(&self) -> Attachment {
+        Attachment {
+            container_id: self.raw.container_id.clone(),
+            ifname: self.raw.ifname.clone(),
+        }
     }
     pub fn network_name(&self) -> &str {
         &self.raw.network_name
@@ -81,6 +158,11 @@ impl Request {
     /// When the host was granted the lock (for timestamps; not a timer).
     pub fn lock_granted_at(&self) -> WallInstant {
         self.raw.lock_granted_at
+    }
+    /// The node this call runs on (`ipam.nodeName`, else the machine's hostname), for
+    /// modules that keep per-node state in a store several nodes share.
+    pub fn node_name(&self) -> &str {
+        &self.raw.node_name
     }
 
     /// CNI_ARGS as key/value pairs, in the order the runtime gave them.
@@ -105,8 +187,6 @@ impl Request {
     /// The network configuration's `ipam` section deserialised into `T`; a mismatch is
     /// a CNI "invalid network config" error (code 7).
     pub fn ipam<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        let ipam = self.config.get("ipam").cloned().unwrap_or(Value::Null);
-        serde_json::from_value(ipam)
-            .map_err(|e| Error::invalid_config(format!("invalid ipam configuration: {e}")))
+        ipam_section(&self.config)
     }
 }

@@ -1,8 +1,9 @@
-//! The network's key/value store, behind a [`Store`] trait so allocation logic can be
+//! The network's key/value store, behind a [`Store`] trait so allocation logic is
 //! written once and unit-tested over [`MemoryStore`] outside a host.
 //!
-//! In a host, [`HostStore`] reaches the host's store: reads see this call's own
-//! writes, and writes are committed only if the handler returns `Ok`.
+//! The SDK hands each handler the store: [`HostStore`] in a host, where reads see this
+//! call's own writes and writes are committed only if the handler returns `Ok`; a test
+//! passes a [`MemoryStore`] instead.
 
 use crate::Error;
 use crate::bindings::cni::ipam::store as wit;
@@ -12,27 +13,29 @@ use std::collections::BTreeMap;
 /// A key/value store of byte values under string keys.
 pub trait Store {
     fn get(&self, key: &str) -> Option<Vec<u8>>;
+    /// Stores `value` under `key`; a write the host refuses is code 120.
     fn put(&mut self, key: &str, value: &[u8]) -> Result<(), Error>;
     /// Removes `key`; returns whether it was present.
     fn delete(&mut self, key: &str) -> Result<bool, Error>;
     /// Every entry whose key starts with `prefix`, in key order.
     fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)>;
 
+    /// The value under `key` as text; `None` when absent or not UTF-8.
     fn get_string(&self, key: &str) -> Option<String> {
         self.get(key).and_then(|v| String::from_utf8(v).ok())
     }
 }
 
-/// The host's store for this network.
+/// The host's store for this network: what the SDK passes to a module's handlers in
+/// a host. Natively there is no host, and calling it panics.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct HostStore;
 
+/// A write the host refused, too large or in a read-only call, as the SDK's code 120
+/// with the host's reason in `details`.
 fn refused(e: wit::StoreError) -> Error {
-    match e {
-        wit::StoreError::TooLarge(why) => {
-            Error::new(code::STORE_WRITE_REFUSED, "store write refused").with_details(why)
-        }
-    }
+    let (wit::StoreError::TooLarge(why) | wit::StoreError::ReadOnly(why)) = e;
+    Error::new(code::STORE_WRITE_REFUSED, "store write refused").with_details(why)
 }
 
 impl Store for HostStore {
@@ -51,9 +54,29 @@ impl Store for HostStore {
 }
 
 /// An in-memory store for unit tests of module logic.
+///
+/// ```
+/// use wasm_ipam_guest::store::{MemoryStore, Store};
+///
+/// let mut store: MemoryStore = [("ip/10.0.0.2", "ctr-1\r\neth0")].into_iter().collect();
+/// store.put("ip/10.0.0.3", b"ctr-2\r\neth0").unwrap();
+/// assert_eq!(store.list("ip/").len(), 2);
+/// assert_eq!(store.get_string("ip/10.0.0.2").as_deref(), Some("ctr-1\r\neth0"));
+/// ```
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct MemoryStore {
     pub entries: BTreeMap<String, Vec<u8>>,
+}
+
+impl<K: Into<String>, V: Into<Vec<u8>>> FromIterator<(K, V)> for MemoryStore {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(entries: I) -> Self {
+        MemoryStore {
+            entries: entries
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        }
+    }
 }
 
 impl Store for MemoryStore {

@@ -207,8 +207,30 @@ pub fn version_info() -> Value {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpamResult {
     pub ips: Vec<(IpNet, Option<IpAddr>)>,
-    pub routes: Vec<(IpNet, Option<IpAddr>)>,
+    pub routes: Vec<Route>,
     pub dns: Dns,
+}
+
+/// A route, with the attributes CNI 1.1 added (printed only for 1.1.0 and up).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Route {
+    pub dst: IpNet,
+    pub gw: Option<IpAddr>,
+    pub mtu: Option<u32>,
+    pub advmss: Option<u32>,
+    pub priority: Option<u32>,
+    pub table: Option<u32>,
+    pub scope: Option<u8>,
+}
+
+impl Route {
+    pub fn new(dst: IpNet, gw: Option<IpAddr>) -> Self {
+        Route {
+            dst,
+            gw,
+            ..Route::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -223,6 +245,7 @@ impl IpamResult {
     /// The result JSON for `cni_version`: 0.3.x and 0.4.0 carry `ips[].version`.
     pub fn to_json(&self, cni_version: &str) -> Value {
         let with_ip_version = version_tuple(cni_version) < Some((1, 0, 0));
+        let with_route_attributes = version_tuple(cni_version) >= Some((1, 1, 0));
         let ips: Vec<Value> = self
             .ips
             .iter()
@@ -240,10 +263,24 @@ impl IpamResult {
         let routes: Vec<Value> = self
             .routes
             .iter()
-            .map(|(dst, gw)| {
-                let mut route = json!({ "dst": dst.to_string() });
-                if let Some(gw) = gw {
+            .map(|r| {
+                let mut route = json!({ "dst": r.dst.to_string() });
+                if let Some(gw) = r.gw {
                     route["gw"] = gw.to_string().into();
+                }
+                if with_route_attributes {
+                    let attributes = [
+                        ("mtu", r.mtu),
+                        ("advmss", r.advmss),
+                        ("priority", r.priority),
+                        ("table", r.table),
+                        ("scope", r.scope.map(u32::from)),
+                    ];
+                    for (name, value) in attributes {
+                        if let Some(value) = value {
+                            route[name] = value.into();
+                        }
+                    }
                 }
                 route
             })
@@ -363,7 +400,11 @@ mod tests {
                 ),
                 ("fd00::3/64".parse().unwrap(), None),
             ],
-            routes: vec![("0.0.0.0/0".parse().unwrap(), None)],
+            routes: vec![Route {
+                mtu: Some(1400),
+                scope: Some(0),
+                ..Route::new("0.0.0.0/0".parse().unwrap(), None)
+            }],
             dns: Dns::default(),
         };
         let old = result.to_json("0.4.0");
@@ -374,5 +415,11 @@ mod tests {
         assert!(new["ips"][0].get("version").is_none());
         assert_eq!(new["routes"][0], json!({"dst": "0.0.0.0/0"}));
         assert_eq!(new["dns"], json!({}));
+        // CNI 1.1 route attributes, only from 1.1.0 on.
+        let newest = result.to_json("1.1.0");
+        assert_eq!(
+            newest["routes"][0],
+            json!({"dst": "0.0.0.0/0", "mtu": 1400, "scope": 0})
+        );
     }
 }

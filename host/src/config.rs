@@ -31,6 +31,8 @@ pub struct HostIpamConfig {
     /// Where compiled modules are cached (see [`crate::module::cache`]).
     pub cache_dir: PathBuf,
     pub log_file: Option<PathBuf>,
+    /// `nodeName`, for the request's `node-name`; the machine's hostname when unset.
+    pub node_name: Option<String>,
     /// The call's resource limits (see [`crate::limits`]).
     pub limits: Limits,
 }
@@ -46,6 +48,7 @@ struct RawHostIpam {
     data_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
     log_file: Option<PathBuf>,
+    node_name: Option<String>,
     #[serde(rename = "memoryLimitMiB")]
     memory_limit_mib: Option<u64>,
     #[serde(rename = "hostMemoryLimitMiB")]
@@ -60,6 +63,46 @@ struct RawHostIpam {
     compile_timeout_seconds: Option<f64>,
     #[serde(rename = "compileMemoryMiB")]
     compile_memory_mib: Option<u64>,
+}
+
+/// Netconf keys that belong to one call, not to the network.
+const PER_CALL_KEYS: &[&str] = &[
+    "prevResult",
+    "runtimeConfig",
+    "args",
+    "cni.dev/valid-attachments",
+    "cni.dev/attachments",
+];
+
+/// The longest `nodeName` (a DNS name's length, as Kubernetes node names are).
+const MAX_NODE_NAME_BYTES: usize = 253;
+
+fn checked_node_name(name: String) -> Result<String, CniError> {
+    if name.is_empty() || name.len() > MAX_NODE_NAME_BYTES || name.chars().any(char::is_control) {
+        return Err(CniError::config(format!(
+            "ipam.nodeName must be 1 to {MAX_NODE_NAME_BYTES} bytes with no control characters"
+        )));
+    }
+    Ok(name)
+}
+
+/// The machine's hostname, the request's `node-name` when `ipam.nodeName` is unset.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl HostIpamConfig {
+    /// The node this call runs on: `ipam.nodeName`, else the machine's hostname.
+    pub fn node_name(&self) -> String {
+        self.node_name.clone().unwrap_or_else(hostname)
+    }
 }
 
 /// One network configuration as the runtime passed it.
@@ -168,6 +211,20 @@ impl NetConf {
         Ok(json.to_string())
     }
 
+    /// The network's configuration as the host records it for operators' views (see
+    /// [`crate::store::ServedBy`]): the netconf without what varies from call to call
+    /// (`prevResult`, `runtimeConfig`, `args`, GC's attachment lists), so the record
+    /// changes only when the network's configuration does.
+    pub fn network_config(&self) -> String {
+        let mut json = self.json.clone();
+        if let Some(object) = json.as_object_mut() {
+            for key in PER_CALL_KEYS {
+                object.remove(*key);
+            }
+        }
+        json.to_string()
+    }
+
     /// The attachments a GC must keep: `cni.dev/valid-attachments`, or the older
     /// `cni.dev/attachments`. Absent is an error rather than "none", so a malformed
     /// call cannot release every address.
@@ -232,6 +289,7 @@ impl HostIpamConfig {
             data_dir: raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             cache_dir: raw.cache_dir.unwrap_or_else(|| DEFAULT_CACHE_DIR.into()),
             log_file: raw.log_file,
+            node_name: raw.node_name.map(checked_node_name).transpose()?,
             limits,
         })
     }

@@ -34,8 +34,17 @@ fn operator(cli: wasm_ipam::operator::cli::Cli) -> ExitCode {
     match wasm_ipam::operator::cli::run(cli) {
         // A reader that stopped early (`wasm-ipam list | head`) is no error: like
         // any Unix filter, stop quietly rather than panic in print!.
-        Ok(text) => match std::io::stdout().lock().write_all(text.as_bytes()) {
-            Ok(()) => ExitCode::SUCCESS,
+        Ok(out) => match std::io::stdout().lock().write_all(out.text.as_bytes()) {
+            Ok(()) => {
+                for note in &out.notes {
+                    let _ = writeln!(std::io::stderr(), "wasm-ipam: {note}");
+                }
+                if out.failed {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
             Err(e) => {
                 let _ = writeln!(std::io::stderr(), "wasm-ipam: cannot write the output: {e}");

@@ -83,6 +83,10 @@ pub fn modules_dir() -> &'static Path {
                 "probe",
                 "-p",
                 "host-local",
+                "-p",
+                "minimal",
+                "-p",
+                "legacy-v0-1",
                 "--target-dir",
             ])
             .arg(&target)
@@ -105,6 +109,16 @@ pub fn probe_module() -> PathBuf {
 
 pub fn host_local_module() -> PathBuf {
     modules_dir().join("host_local.wasm")
+}
+
+/// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.0).
+pub fn minimal_module() -> PathBuf {
+    modules_dir().join("minimal.wasm")
+}
+
+/// `tests/modules/legacy-v0-1`: a module built against cni:ipam@0.1.0.
+pub fn legacy_module() -> PathBuf {
+    modules_dir().join("legacy_v0_1.wasm")
 }
 
 /// One isolated node: its own lock file, data dir and log file.
@@ -332,6 +346,18 @@ pub fn operator_command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item 
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Runs an operator command that may fail: (succeeded, stdout, stderr).
+pub fn operator_output<S: AsRef<std::ffi::OsStr>>(
+    args: impl IntoIterator<Item = S>,
+) -> (bool, String, String) {
+    let out = Command::new(bin()).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// What a finished call cost, measured from outside the process.
 #[derive(Debug, Clone, Copy)]
 pub struct Measured {
@@ -375,10 +401,15 @@ impl Call<'_> {
 
 impl Call<'_> {
     /// Runs the call under strace and returns it with the disk syncs it made, one
-    /// line each (`fdatasync(7</path>) = 0`), threads included.
+    /// line each (`fdatasync(7</path>) = 0`), threads included. A sync another
+    /// thread's event interrupted in the trace is printed in two lines, `<unfinished
+    /// ...>` then `<... fdatasync resumed>`: counted once, by its first.
     pub fn run_counting_syncs(&self, conf: &Value) -> (Reply, Vec<String>) {
         let (reply, lines) = self.run_tracing(conf, "fsync,fdatasync,sync_file_range,syncfs");
-        let syncs = lines.into_iter().filter(|l| l.contains("sync")).collect();
+        let syncs = lines
+            .into_iter()
+            .filter(|l| l.contains("sync") && !l.contains(" resumed>"))
+            .collect();
         (reply, syncs)
     }
 

@@ -552,7 +552,9 @@ fn wat_module(node: &Node, name: &str, extra: &str, body: &str) -> PathBuf {
     );
     let mut module = wat::parse_str(&core).unwrap();
     let mut resolve = wit_parser::Resolve::default();
-    let package = resolve.push_file(workspace().join("wit/ipam.wit")).unwrap();
+    let package = resolve
+        .push_file(workspace().join("wit/v0.1.0/ipam.wit"))
+        .unwrap();
     let world = resolve
         .select_world(&[package], Some("ipam-module"))
         .unwrap();

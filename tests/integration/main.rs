@@ -4,6 +4,7 @@
 
 mod bad_input;
 mod cache;
+mod contract;
 mod crash;
 mod deadline;
 mod fair_lock;
@@ -17,3 +18,4 @@ mod main_plugins;
 mod operators;
 mod protocol;
 mod store;
+mod tutorial;

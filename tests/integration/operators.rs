@@ -144,9 +144,8 @@ fn import_from_host_local_continues_without_reuse() {
         hl.to_string_lossy(),
         node.data_dir().to_string_lossy().into_owned(),
     );
-    let out = operator(
-        &node,
-        &[
+    let import = |how: &[&str]| {
+        let mut args = vec![
             "import-host-local",
             "--data-dir",
             &hl_dir,
@@ -154,15 +153,43 @@ fn import_from_host_local_continues_without_reuse() {
             "testnet",
             "--store-dir",
             &data_dir,
-        ],
+        ];
+        args.extend(how);
+        let lock = node.lock_file().to_string_lossy().into_owned();
+        operator_output(args.iter().copied().chain(["--lock-file", &lock]))
+    };
+    // A module without the migrate export cannot take the state over: nothing is written.
+    let legacy = legacy_module().to_string_lossy().into_owned();
+    let (ok, _, stderr) = import(&["--module", &legacy]);
+    assert!(
+        !ok && stderr.contains("does not export cni:ipam/migrate@0.2.0"),
+        "{stderr}"
     );
-    assert!(out.contains("imported 2 address(es)"), "{out}");
+    assert!(node.store_entries("testnet").is_empty());
 
+    // The module the network will run, with its configuration, takes it over: two
+    // addresses and host-local's last-reserved marker; host-local's lock file skipped.
     let conf = node.netconf(
         "1.0.0",
         &host_local_module(),
         json!({"subnet": "10.41.0.0/24"}),
     );
+    let netconf = node.dir.path().join("testnet.conf");
+    std::fs::write(&netconf, conf.to_string()).unwrap();
+    let (ok, out, stderr) = import(&["--netconf", &netconf.to_string_lossy()]);
+    assert!(ok, "{stderr}");
+    assert!(out.contains("testnet: imported 3 entries"), "{out}");
+    assert!(
+        stderr.contains("lock: host-local's lock file, skipped"),
+        "{stderr}"
+    );
+    // Again: all of it already present, nothing new.
+    let (ok, out, _) = import(&["--netconf", &netconf.to_string_lossy()]);
+    assert!(
+        ok && out.contains("imported 0 entries") && out.contains("3 already present"),
+        "{out}"
+    );
+
     let data_dir = node.data_dir().to_string_lossy().into_owned();
     let list: Value = serde_json::from_str(&operator(
         &node,

@@ -8,10 +8,14 @@
 //! - `meta/<address>` → `{"since": <unix seconds>}`, when the address was reserved;
 //! - `cooldown/<address>` → `{"until": <unix seconds>}`: not handed out before then,
 //!   only with `reuseCooldownSeconds`.
+//!
+//! Only this file knows the layout: inspect and migrate read and write through its
+//! functions ([`held`], [`cooling`], [`adopt`]).
 
 use crate::exclude::{Exclusions, int};
 use crate::range::{Range, parse_ip};
 use crate::range_set::RangeSet;
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use wasm_ipam_guest::store::Store;
 use wasm_ipam_guest::{Attachment, Error, IpConfig};
@@ -25,21 +29,25 @@ pub fn failure(msg: impl Into<String>) -> Error {
 }
 
 const IP_PREFIX: &str = "ip/";
+const META_PREFIX: &str = "meta/";
+const COOLDOWN_PREFIX: &str = "cooldown/";
+/// host-local's file for the last address reserved in range set N is this and N.
+pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
 
 pub fn ip_key(ip: IpAddr) -> String {
     format!("{IP_PREFIX}{ip}")
 }
 
 pub fn last_reserved_key(range_id: usize) -> String {
-    format!("last_reserved_ip.{range_id}")
+    format!("{LAST_RESERVED_PREFIX}{range_id}")
 }
 
 pub fn meta_key(ip: IpAddr) -> String {
-    format!("meta/{ip}")
+    format!("{META_PREFIX}{ip}")
 }
 
 pub fn cooldown_key(ip: IpAddr) -> String {
-    format!("cooldown/{ip}")
+    format!("{COOLDOWN_PREFIX}{ip}")
 }
 
 /// What host-local writes for, and compares against, an attachment.
@@ -70,8 +78,7 @@ impl Policy {
         }
         store
             .get(&cooldown_key(ip))
-            .and_then(|v| serde_json::from_slice::<serde_json::Value>(&v).ok())
-            .and_then(|v| v["until"].as_u64())
+            .and_then(|v| seconds(&v, "until"))
             .is_some_and(|until| self.now < until)
     }
 }
@@ -177,6 +184,87 @@ pub fn get_by_id(store: &impl Store, id: &str, ifname: &str) -> Vec<IpAddr> {
         .collect()
 }
 
+/// A reservation as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    pub ip: IpAddr,
+    pub container_id: String,
+    /// Empty for host-local's legacy id-only form.
+    pub ifname: String,
+    /// Unix seconds of the reservation, when `meta/<address>` records it.
+    pub since: Option<u64>,
+}
+
+/// A `{"<field>": <unix seconds>}` value, if it is one.
+fn seconds(value: &[u8], field: &str) -> Option<u64> {
+    serde_json::from_slice::<serde_json::Value>(value).ok()?[field].as_u64()
+}
+
+/// Every reservation, in key order. Keys that are not an address are skipped; an
+/// owner that is not text is shown with its invalid bytes replaced, and metadata that
+/// is not host-local's is left out.
+pub fn held(store: &impl Store) -> Vec<Held> {
+    let since: BTreeMap<String, u64> = store
+        .list(META_PREFIX)
+        .into_iter()
+        .filter_map(|(key, value)| {
+            Some((
+                key[META_PREFIX.len()..].to_string(),
+                seconds(&value, "since")?,
+            ))
+        })
+        .collect();
+    store
+        .list(IP_PREFIX)
+        .into_iter()
+        .filter_map(|(key, value)| {
+            let address = &key[IP_PREFIX.len()..];
+            let ip = parse_ip(address)?;
+            let owner = String::from_utf8_lossy(&value);
+            let (id, ifname) = owner.split_once("\r\n").unwrap_or((&owner, ""));
+            Some(Held {
+                ip,
+                container_id: id.trim().to_string(),
+                ifname: ifname.trim().to_string(),
+                since: since.get(address).copied(),
+            })
+        })
+        .collect()
+}
+
+/// The addresses resting after release at `now` (unix seconds): a cooldown entry
+/// whose `until` is later. Entries that are not host-local's are skipped.
+pub fn cooling(store: &impl Store, now: u64) -> Vec<IpAddr> {
+    store
+        .list(COOLDOWN_PREFIX)
+        .into_iter()
+        .filter(|(_, value)| seconds(value, "until").is_some_and(|until| until > now))
+        .filter_map(|(key, _)| parse_ip(&key[COOLDOWN_PREFIX.len()..]))
+        .collect()
+}
+
+/// The owner `ip` is recorded for, as stored (host-local's file contents).
+pub fn owner_of(store: &impl Store, ip: IpAddr) -> Option<Vec<u8>> {
+    store.get(&ip_key(ip))
+}
+
+/// Records `ip` for `owner` as host-local's file held it, reserved at `since` if
+/// known: an address taken over from host-local.
+pub fn adopt(
+    store: &mut impl Store,
+    ip: IpAddr,
+    owner: &[u8],
+    since: Option<u64>,
+) -> Result<(), Error> {
+    store.put(&ip_key(ip), owner)?;
+    if let Some(since) = since {
+        let meta = serde_json::json!({ "since": since }).to_string();
+        store.put(&meta_key(ip), meta.as_bytes())?;
+    }
+    store.delete(&cooldown_key(ip))?;
+    Ok(())
+}
+
 /// Releases every reservation not held by one of `valid`; an ID-only reservation is
 /// kept while its container has any valid attachment.
 pub fn gc(store: &mut impl Store, valid: &[Attachment], policy: &Policy) -> Result<(), Error> {
@@ -217,9 +305,8 @@ impl<'a> IpAllocator<'a> {
         ifname: &str,
         requested: Option<IpAddr>,
     ) -> Result<IpConfig, Error> {
-        let config = |ip: IpAddr, r: &Range| IpConfig {
-            address: format!("{ip}/{}", r.subnet.prefix_len()),
-            gateway: Some(r.gateway.to_string()),
+        let config = |ip: IpAddr, r: &Range| {
+            IpConfig::new(format!("{ip}/{}", r.subnet.prefix_len())).gateway(r.gateway)
         };
         if let Some(ip) = requested {
             let r = self.set.range_for(ip).map_err(failure)?;

@@ -147,9 +147,11 @@ fn routes(value: Option<&Value>) -> Result<Vec<Route>, String> {
             let obj = object(Some(v), "types.Route")?;
             let dst = obj.and_then(|o| raw(o, "dst"));
             let dst = dst.ok_or_else(|| format!("route {i} has no dst"))?;
-            Ok(Route {
-                dst: cidr(dst)?.to_string(),
-                gw: net_ip(obj.and_then(|o| field(o, "gw")))?.map(|gw| gw.to_string()),
+            // host-local v1.1.1 predates CNI 1.1's route attributes: it reads dst and gw.
+            let route = Route::new(cidr(dst)?);
+            Ok(match net_ip(obj.and_then(|o| field(o, "gw")))? {
+                Some(gw) => route.gw(gw),
+                None => route,
             })
         })
         .collect()

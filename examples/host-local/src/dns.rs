@@ -6,12 +6,7 @@ use wasm_ipam_guest::Dns;
 /// Reads `nameserver`, `domain`, `search` and `options` lines; comments (`#`, `;`),
 /// blank lines, lines without a value and other keywords are skipped.
 pub fn parse_resolv_conf(text: &str) -> Dns {
-    let mut dns = Dns {
-        nameservers: Vec::new(),
-        domain: None,
-        search: Vec::new(),
-        options: Vec::new(),
-    };
+    let mut dns = Dns::default();
     for line in text.lines().map(str::trim) {
         if line.starts_with(['#', ';']) {
             continue;

@@ -1,18 +1,21 @@
 //! A wasm-ipam module that behaves as containernetworking/plugins' `host-local` IPAM
 //! plugin at v1.1.1: same configuration, same addresses in the same order, same
 //! messages, and a store whose `ip/<address>` entries hold what host-local's per-IP
-//! files hold. It adds CNI GC and STATUS, and two options that are off by default
-//! (`exclude`, `reuseCooldownSeconds`).
+//! files hold. It adds CNI GC and STATUS, two options that are off by default
+//! (`exclude`, `reuseCooldownSeconds`), the operators' views (`wasm-ipam list` and
+//! `stats`) and taking over host-local's own files (`wasm-ipam import-host-local`).
 //!
-//! Each command is a pure function over a [`Store`], so the logic is tested over
-//! [`wasm_ipam_guest::store::MemoryStore`]; the exported module runs them on the host's
-//! store, whose writes are committed only when the command succeeds.
+//! Each command is a function over the [`Store`] the SDK hands it, so the logic is
+//! tested over [`wasm_ipam_guest::store::MemoryStore`]; in a host it runs on the
+//! host's store, whose writes are committed only when the command succeeds.
 
 mod allocator;
 mod args;
 mod config;
 mod dns;
 mod exclude;
+mod inspect;
+mod migrate;
 mod range;
 mod range_set;
 mod summary;
@@ -22,8 +25,11 @@ use config::IpamConfig;
 use exclude::Exclusions;
 use std::net::IpAddr;
 use wasm_ipam_guest::error::code;
-use wasm_ipam_guest::store::{HostStore, Store};
-use wasm_ipam_guest::{Attachment, Dns, Error, IpamModule, IpamResult, Request};
+use wasm_ipam_guest::store::Store;
+use wasm_ipam_guest::{
+    Allocation, Attachment, Context, Dns, Error, ImportReport, ImportRequest, IpamModule,
+    IpamResult, Pool, Request,
+};
 
 pub use dns::parse_resolv_conf;
 
@@ -57,126 +63,123 @@ fn release_taken(store: &mut impl Store, taken: usize, id: &str, ifname: &str, p
     }
 }
 
-/// host-local's cmdAdd: one address per range set, a requested address going to the
-/// first set that contains it; on failure what was taken is released again.
-pub fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
-    let conf = config::load(request.config(), request.args())?;
-    let dns = dns(&conf)?;
-    let policy = policy(&conf, request);
-    let (id, ifname) = (request.container_id(), request.ifname());
-
-    let mut requested: Vec<IpAddr> = Vec::new();
-    for ip in &conf.requested_ips {
-        if !requested.contains(ip) {
-            requested.push(*ip);
-        }
-    }
-    let mut ips = Vec::new();
-    for (idx, set) in conf.ranges.iter().enumerate() {
-        let wanted = requested
-            .iter()
-            .position(|ip| set.contains(*ip))
-            .map(|i| requested.remove(i));
-        match IpAllocator::new(set, idx, &policy).get(store, id, ifname, wanted) {
-            Ok(ip) => ips.push(ip),
-            Err(mut e) => {
-                release_taken(store, ips.len(), id, ifname, &policy);
-                e.msg = format!("failed to allocate for range {idx}: {}", e.msg);
-                return Err(e);
-            }
-        }
-    }
-    if !requested.is_empty() {
-        release_taken(store, ips.len(), id, ifname, &policy);
-        let left: String = requested.iter().map(|ip| format!(" {ip}")).collect();
-        return Err(failure(format!(
-            "failed to allocate all requested IPs:{left}"
-        )));
-    }
-    summary::record(store, &conf)?;
-    Ok(IpamResult {
-        ips,
-        routes: conf.routes,
-        dns,
-    })
-}
-
-/// host-local's cmdDel: releases the attachment's addresses once per range set (so an
-/// ID-only reservation of an older version goes too); nothing held is no error.
-pub fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
-    let conf = config::load(request.config(), request.args())?;
-    let policy = policy(&conf, request);
-    for _ in &conf.ranges {
-        allocator::release_by_id(store, request.container_id(), request.ifname(), &policy)?;
-    }
-    summary::record(store, &conf)
-}
-
-/// host-local's cmdCheck: the attachment (or its container ID) holds some address.
-pub fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
-    config::load(request.config(), request.args())?;
-    if allocator::find_by_id(store, request.container_id(), request.ifname()) {
-        Ok(())
-    } else {
-        Err(failure(format!(
-            "host-local: Failed to find address added by container {}",
-            request.container_id()
-        )))
-    }
-}
-
-/// CNI GC: releases every reservation no valid attachment holds.
-pub fn gc(request: &Request, valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
-    let conf = config::load(request.config(), request.args())?;
-    allocator::gc(store, valid, &policy(&conf, request))?;
-    summary::record(store, &conf)
-}
-
-/// CNI STATUS: unavailable (code 50) when some range set has no address left, since
-/// every ADD then fails.
-pub fn status(request: &Request, store: &impl Store) -> Result<(), Error> {
-    let conf = config::load(request.config(), request.args())?;
-    let policy = policy(&conf, request);
-    let exhausted: Vec<String> = conf
-        .ranges
-        .iter()
-        .enumerate()
-        .filter(|(idx, set)| !IpAllocator::new(set, *idx, &policy).has_free(store))
-        .map(|(idx, set)| format!("range set {idx} ({set})"))
-        .collect();
-    if exhausted.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::new(
-            code::PLUGIN_NOT_AVAILABLE,
-            format!("no IP addresses available in {}", exhausted.join(", ")),
-        ))
-    }
-}
-
-/// The exported module: each command on the host's store.
+/// The exported module.
 pub struct HostLocal;
 
 impl IpamModule for HostLocal {
-    fn add(request: &Request) -> Result<IpamResult, Error> {
-        add(request, &mut HostStore)
+    /// host-local's cmdAdd: one address per range set, a requested address going to
+    /// the first set that contains it; on failure what was taken is released again.
+    fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+        let conf = config::load(request.config(), request.args())?;
+        let dns = dns(&conf)?;
+        let policy = policy(&conf, request);
+        let (id, ifname) = (request.container_id(), request.ifname());
+
+        let mut requested: Vec<IpAddr> = Vec::new();
+        for ip in &conf.requested_ips {
+            if !requested.contains(ip) {
+                requested.push(*ip);
+            }
+        }
+        let mut ips = Vec::new();
+        for (idx, set) in conf.ranges.iter().enumerate() {
+            let wanted = requested
+                .iter()
+                .position(|ip| set.contains(*ip))
+                .map(|i| requested.remove(i));
+            match IpAllocator::new(set, idx, &policy).get(store, id, ifname, wanted) {
+                Ok(ip) => ips.push(ip),
+                Err(mut e) => {
+                    release_taken(store, ips.len(), id, ifname, &policy);
+                    e.msg = format!("failed to allocate for range {idx}: {}", e.msg);
+                    return Err(e);
+                }
+            }
+        }
+        if !requested.is_empty() {
+            release_taken(store, ips.len(), id, ifname, &policy);
+            let left: String = requested.iter().map(|ip| format!(" {ip}")).collect();
+            return Err(failure(format!(
+                "failed to allocate all requested IPs:{left}"
+            )));
+        }
+        summary::record(store, &conf)?;
+        Ok(IpamResult {
+            ips,
+            routes: conf.routes,
+            dns,
+        })
     }
-    fn del(request: &Request) -> Result<(), Error> {
-        del(request, &mut HostStore)
+
+    /// host-local's cmdDel: releases the attachment's addresses once per range set (so
+    /// an ID-only reservation of an older version goes too); nothing held is no error.
+    fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
+        let conf = config::load(request.config(), request.args())?;
+        let policy = policy(&conf, request);
+        for _ in &conf.ranges {
+            allocator::release_by_id(store, request.container_id(), request.ifname(), &policy)?;
+        }
+        summary::record(store, &conf)
     }
-    fn check(request: &Request) -> Result<(), Error> {
-        check(request, &HostStore)
+
+    /// host-local's cmdCheck: the attachment (or its container ID) holds some address.
+    fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
+        config::load(request.config(), request.args())?;
+        if allocator::find_by_id(store, request.container_id(), request.ifname()) {
+            Ok(())
+        } else {
+            Err(failure(format!(
+                "host-local: Failed to find address added by container {}",
+                request.container_id()
+            )))
+        }
     }
-    fn gc(request: &Request, valid_attachments: &[Attachment]) -> Result<(), Error> {
-        gc(request, valid_attachments, &mut HostStore)
+
+    /// CNI GC: releases every reservation no valid attachment holds.
+    fn gc(request: &Request, valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
+        let conf = config::load(request.config(), request.args())?;
+        allocator::gc(store, valid, &policy(&conf, request))?;
+        summary::record(store, &conf)
     }
-    fn status(request: &Request) -> Result<(), Error> {
-        status(request, &HostStore)
+
+    /// CNI STATUS: unavailable (code 50) when some range set has no address left, since
+    /// every ADD then fails.
+    fn status(request: &Request, store: &impl Store) -> Result<(), Error> {
+        let conf = config::load(request.config(), request.args())?;
+        let policy = policy(&conf, request);
+        let exhausted: Vec<String> = conf
+            .ranges
+            .iter()
+            .enumerate()
+            .filter(|(idx, set)| !IpAllocator::new(set, *idx, &policy).has_free(store))
+            .map(|(idx, set)| format!("range set {idx} ({set})"))
+            .collect();
+        if exhausted.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                code::PLUGIN_NOT_AVAILABLE,
+                format!("no IP addresses available in {}", exhausted.join(", ")),
+            ))
+        }
+    }
+
+    /// Every `ip/<address>` entry, with its `meta/<address>` time.
+    fn allocations(_: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+        Ok(inspect::allocations(store))
+    }
+
+    /// One pool per range set (or, without a configuration, the recorded summary).
+    fn pools(context: &Context, store: &impl Store) -> Result<Vec<Pool>, Error> {
+        inspect::pools(context, store)
+    }
+
+    /// host-local's own files (format `host-local`).
+    fn import_state(import: &ImportRequest, store: &mut impl Store) -> Result<ImportReport, Error> {
+        migrate::import_state(import, store)
     }
 }
 
-// Natively (unit tests) the export's symbol names cannot be linked into a shared library.
-#[cfg(target_arch = "wasm32")]
 wasm_ipam_guest::export_module!(HostLocal);
 
 #[cfg(test)]
@@ -214,7 +217,7 @@ mod tests {
     fn add_allocates_one_address_per_range_set() {
         let conf = dual_stack();
         let mut store = MemoryStore::default();
-        let result = add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
+        let result = HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
         assert_eq!(
             addresses(&result),
             [
@@ -244,7 +247,7 @@ mod tests {
     fn add_needs_the_resolv_conf_text_from_the_host() {
         let conf = netconf(json!({"subnet": "10.0.0.0/24", "resolvConf": "/etc/resolv.conf"}));
         let mut store = MemoryStore::default();
-        let err = add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
+        let err = HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
         assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
         assert!(err.msg.contains("resolvConfContents"), "{}", err.msg);
         assert!(store.entries.is_empty());
@@ -254,8 +257,8 @@ mod tests {
     fn add_refuses_a_second_allocation_for_the_same_attachment() {
         let conf = dual_stack();
         let mut store = MemoryStore::default();
-        add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
-        let err = add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
+        HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
+        let err = HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
         assert_eq!(err.code, allocator::HOST_LOCAL_ERROR);
         assert_eq!(
             err.msg,
@@ -269,7 +272,7 @@ mod tests {
         let mut store = MemoryStore::default();
         store.put("ip/fd00::2", b"x\r\neth0").unwrap();
         store.put("ip/fd00::3", b"y\r\neth0").unwrap();
-        let err = add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
+        let err = HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap_err();
         assert_eq!(
             err.msg,
             "failed to allocate for range 1: no IP addresses available in range set: fd00::1-fd00::3"
@@ -287,16 +290,16 @@ mod tests {
             ("K8S_POD_NAME", "p"),
             ("IP", "fd00::3"),
         ]);
-        let result = add(&req, &mut store).unwrap();
+        let result = HostLocal::add(&req, &mut store).unwrap();
         assert_eq!(addresses(&result)[1], ("fd00::3/126", Some("fd00::1")));
 
         let req = request(Command::Add, "c2", &conf).with_args(&[("IP", "10.9.9.9")]);
-        let err = add(&req, &mut store).unwrap_err();
+        let err = HostLocal::add(&req, &mut store).unwrap_err();
         assert_eq!(err.msg, "failed to allocate all requested IPs: 10.9.9.9");
         assert_eq!(store.list("ip/").len(), 2, "c2's addresses were released");
 
         let req = request(Command::Add, "c2", &conf).with_args(&[("K8S_POD_NAME", "p")]);
-        let err = add(&req, &mut store).unwrap_err();
+        let err = HostLocal::add(&req, &mut store).unwrap_err();
         assert_eq!(
             (err.code, err.msg.as_str()),
             (4, r#"ARGS: unknown args ["K8S_POD_NAME=p"]"#)
@@ -307,17 +310,17 @@ mod tests {
     fn del_releases_exactly_the_attachment() {
         let conf = dual_stack();
         let mut store = MemoryStore::default();
-        add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
-        add(
+        HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
+        HostLocal::add(
             &Request::for_test(Command::Add, "c1", "eth1", conf.clone()),
             &mut store,
         )
         .unwrap();
-        del(&request(Command::Del, "c1", &conf), &mut store).unwrap();
+        HostLocal::del(&request(Command::Del, "c1", &conf), &mut store).unwrap();
         let held: Vec<String> = store.list("ip/").into_iter().map(|(k, _)| k).collect();
         assert_eq!(held, ["ip/10.0.0.3", "ip/fd00::3"]);
-        del(&request(Command::Del, "c1", &conf), &mut store).unwrap();
-        del(&request(Command::Del, "nobody", &conf), &mut store).unwrap();
+        HostLocal::del(&request(Command::Del, "c1", &conf), &mut store).unwrap();
+        HostLocal::del(&request(Command::Del, "nobody", &conf), &mut store).unwrap();
         assert_eq!(store.list("ip/").len(), 2);
     }
 
@@ -325,9 +328,9 @@ mod tests {
     fn check_finds_the_attachment() {
         let conf = dual_stack();
         let mut store = MemoryStore::default();
-        add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
-        check(&request(Command::Check, "c1", &conf), &store).unwrap();
-        let err = check(&request(Command::Check, "c2", &conf), &store).unwrap_err();
+        HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
+        HostLocal::check(&request(Command::Check, "c1", &conf), &store).unwrap();
+        let err = HostLocal::check(&request(Command::Check, "c2", &conf), &store).unwrap_err();
         assert_eq!(
             err.msg,
             "host-local: Failed to find address added by container c2"
@@ -338,13 +341,13 @@ mod tests {
     fn gc_keeps_only_valid_attachments() {
         let conf = dual_stack();
         let mut store = MemoryStore::default();
-        add(&request(Command::Add, "keep", &conf), &mut store).unwrap();
-        add(&request(Command::Add, "drop", &conf), &mut store).unwrap();
+        HostLocal::add(&request(Command::Add, "keep", &conf), &mut store).unwrap();
+        HostLocal::add(&request(Command::Add, "drop", &conf), &mut store).unwrap();
         let valid = [Attachment {
             container_id: "keep".into(),
             ifname: "eth0".into(),
         }];
-        gc(
+        HostLocal::gc(
             &Request::for_test(Command::Gc, "", "", conf.clone()),
             &valid,
             &mut store,
@@ -365,11 +368,11 @@ mod tests {
         let conf = dual_stack();
         let status_req = Request::for_test(Command::Status, "", "", conf.clone());
         let mut store = MemoryStore::default();
-        status(&status_req, &store).unwrap();
-        add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
-        status(&status_req, &store).unwrap();
-        add(&request(Command::Add, "c2", &conf), &mut store).unwrap();
-        let err = status(&status_req, &store).unwrap_err();
+        HostLocal::status(&status_req, &store).unwrap();
+        HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
+        HostLocal::status(&status_req, &store).unwrap();
+        HostLocal::add(&request(Command::Add, "c2", &conf), &mut store).unwrap();
+        let err = HostLocal::status(&status_req, &store).unwrap_err();
         assert_eq!(err.code, code::PLUGIN_NOT_AVAILABLE);
         assert_eq!(
             err.msg,
@@ -382,17 +385,17 @@ mod tests {
         let conf =
             netconf(json!({"ranges": [[{"subnet": "10.0.0.0/16"}], [{"subnet": "10.0.5.0/24"}]]}));
         for err in [
-            add(
+            HostLocal::add(
                 &request(Command::Add, "c1", &conf),
                 &mut MemoryStore::default(),
             )
             .unwrap_err(),
-            del(
+            HostLocal::del(
                 &request(Command::Del, "c1", &conf),
                 &mut MemoryStore::default(),
             )
             .unwrap_err(),
-            check(
+            HostLocal::check(
                 &request(Command::Check, "c1", &conf),
                 &MemoryStore::default(),
             )

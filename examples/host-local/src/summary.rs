@@ -2,19 +2,21 @@
 //! operators' `wasm-ipam stats` can report free addresses without knowing this
 //! module's configuration. Capacity counts every address the ranges hand out (the
 //! gateway is never handed out); excluded counts those of them that `exclude` covers.
+//! Inspect's pools count the same per range set, and read the entry back when the
+//! host has no configuration to count from.
 
 use crate::config::IpamConfig;
 use crate::exclude::{Exclusions, int};
+use crate::range_set::RangeSet;
 use wasm_ipam_guest::Error;
 use wasm_ipam_guest::store::Store;
 
 pub const SUMMARY_KEY: &str = "summary";
 
-/// (capacity, excluded) of the configured ranges.
-pub fn capacity(conf: &IpamConfig) -> (u64, u64) {
+/// (capacity, excluded) of one range set, before clamping.
+fn counts(set: &RangeSet, exclusions: &Exclusions) -> (u128, u128) {
     let (mut capacity, mut excluded) = (0u128, 0u128);
-    let exclusions = Exclusions::new(&conf.exclude);
-    for range in conf.ranges.iter().flat_map(|set| set.ranges()) {
+    for range in set.ranges() {
         let (start, end) = (int(range.range_start), int(range.range_end));
         let gateway = int(range.gateway);
         capacity = capacity.saturating_add(
@@ -26,7 +28,29 @@ pub fn capacity(conf: &IpamConfig) -> (u64, u64) {
             range.gateway,
         ));
     }
-    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    (capacity, excluded)
+}
+
+fn clamp(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+/// (capacity, excluded) of one range set, as inspect's pools report it.
+pub fn set_capacity(set: &RangeSet, exclusions: &Exclusions) -> (u64, u64) {
+    let (capacity, excluded) = counts(set, exclusions);
+    (clamp(capacity), clamp(excluded))
+}
+
+/// (capacity, excluded) of the configured ranges.
+pub fn capacity(conf: &IpamConfig) -> (u64, u64) {
+    let exclusions = Exclusions::new(&conf.exclude);
+    let (capacity, excluded) = conf
+        .ranges
+        .iter()
+        .map(|set| counts(set, &exclusions))
+        .fold((0u128, 0u128), |(c, e), (sc, se)| {
+            (c.saturating_add(sc), e.saturating_add(se))
+        });
     (clamp(capacity), clamp(excluded))
 }
 
@@ -35,6 +59,13 @@ pub fn record(store: &mut impl Store, conf: &IpamConfig) -> Result<(), Error> {
     let (capacity, excluded) = capacity(conf);
     let summary = serde_json::json!({ "capacity": capacity, "excluded": excluded });
     store.put(SUMMARY_KEY, summary.to_string().as_bytes())
+}
+
+/// (capacity, excluded) as last recorded, if the entry is there and well formed.
+pub fn read(store: &impl Store) -> Option<(u64, u64)> {
+    let summary: serde_json::Value = serde_json::from_slice(&store.get(SUMMARY_KEY)?).ok()?;
+    let capacity = summary["capacity"].as_u64()?;
+    Some((capacity, summary["excluded"].as_u64().unwrap_or(0)))
 }
 
 #[cfg(test)]

@@ -101,7 +101,15 @@ pub fn checked_result(result: types::IpamResult) -> Result<IpamResult, CniError>
         .iter()
         .map(|r| {
             let dst = cidr("route dst", &r.dst)?;
-            Ok((dst, gateway("route gw", r.gw.as_deref(), &dst)?))
+            Ok(cni::Route {
+                dst,
+                gw: gateway("route gw", r.gw.as_deref(), &dst)?,
+                mtu: r.mtu,
+                advmss: r.advmss,
+                priority: r.priority,
+                table: r.table,
+                scope: r.scope,
+            })
         })
         .collect::<Result<_, CniError>>()?;
     for ns in &dns.nameservers {

@@ -12,9 +12,9 @@ use crate::lock;
 use crate::logging;
 use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
-use crate::module::engine::{Call, LoadedModule, ModuleHost};
+use crate::module::engine::{Answer, Call, LoadedModule, ModuleHost, Work};
 use crate::module::host::{GuestLog, GuestState, GuestStore};
-use crate::store::{self, Quota, Written};
+use crate::store::{self, Quota, ServedBy, Written};
 use deadline::Deadline;
 use serde_json::Value;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -227,7 +227,8 @@ fn run_guest(
         GuestLog::new(deadline, limits.log_bytes),
         limits,
     );
-    let mut outcome = loaded.host.call(&loaded.module, state, request, call);
+    let work = Work::Handle(request, call);
+    let mut outcome = loaded.host.call(&loaded.module, state, work);
     report.budget_used = deadline.elapsed();
     outcome.state.log_output();
     report.log_dropped = outcome.state.log.dropped();
@@ -237,9 +238,13 @@ fn run_guest(
     };
     let result = outcome
         .result
-        .and_then(|r| r.map(answer::checked_result).transpose())
+        .and_then(|answer| match answer {
+            Answer::Handled(r) => r.map(answer::checked_result).transpose(),
+            _ => unreachable!("a handler call answers Handled"),
+        })
         .and_then(|result| {
             let (mut store, changes) = outcome.state.store.into_parts();
+            store.record_served_by(&conf.name, &served_by(conf, &loaded.module));
             let written =
                 store.commit_written(&conf.name, &changes, quota, &|| deadline.expired())?;
             test_panic("after-commit");
@@ -247,6 +252,16 @@ fn run_guest(
         });
     report.commit = deadline.elapsed() - report.budget_used;
     (result, report)
+}
+
+/// What the store records of the module serving this network, for `list` and `stats`.
+fn served_by(conf: &NetConf, module: &LoadedModule) -> ServedBy {
+    ServedBy {
+        module: conf.ipam.module.clone(),
+        sha256: module.sha256.clone(),
+        contract: module.contract.name(),
+        config: Some(conf.network_config()),
+    }
 }
 
 /// Debug builds only (the test suite's binary): panics at `point` when
@@ -292,6 +307,7 @@ fn guest_request(
             seconds: granted.as_secs(),
             nanoseconds: granted.subsec_nanos(),
         },
+        node_name: conf.ipam.node_name(),
     }
 }
 

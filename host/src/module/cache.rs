@@ -341,6 +341,10 @@ pub struct FileIdentity {
 }
 
 impl FileIdentity {
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
     pub fn of(meta: &fs::Metadata) -> Self {
         let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
         FileIdentity {

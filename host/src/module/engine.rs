@@ -16,15 +16,16 @@ use crate::error::{CniError, code};
 use crate::limits::{
     Limits, MAX_ERROR_DETAILS_BYTES, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, truncated,
 };
-use crate::module::bindings::{self, IpamModulePre, types};
+use crate::module::bindings::{self, handler, inspect, migrate, types, v0_1};
 use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
 use crate::module::host::{DeadlineExceeded, GuestState, LimitExceeded};
+use crate::module::wasi::Link;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use wasmtime::component::{HasSelf, Linker, types::ComponentItem};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker, types::ComponentItem};
 use wasmtime::{Config, Engine};
 
 /// How often the epoch advances; a running guest yields to the host this often, which
@@ -34,21 +35,155 @@ const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// How much of a trap's backtrace goes to the log (deep recursion makes long ones).
 const TRAP_LOG_BYTES: usize = 16 << 10;
 
-/// The interfaces of ours a module may import. Besides these, it may import WASI 0.2
-/// (linked with no capabilities; see [`crate::module::wasi`]), which Rust's std for
+/// A version of the `cni:ipam` contract the host runs (docs/wit-versions.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contract {
+    V0_1,
+    V0_2,
+}
+
+impl Contract {
+    /// Newest first: a module exporting both handlers is run as the newer.
+    pub const RUN: [Contract; 2] = [Contract::V0_2, Contract::V0_1];
+
+    pub fn version(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1.0",
+            Contract::V0_2 => "0.2.0",
+        }
+    }
+
+    /// `cni:ipam@0.2.0`.
+    pub fn name(self) -> String {
+        format!("cni:ipam@{}", self.version())
+    }
+
+    fn export(self, interface: &str) -> String {
+        format!("cni:ipam/{interface}@{}", self.version())
+    }
+}
+
+/// The `cni:ipam` interfaces a module may import, by full name, with how to link each
+/// (0.1.0's are forwarded to 0.2.0's implementations, `module/host/v0_1.rs`). Besides
+/// these and `types` (types only, nothing to link), it may import WASI 0.2 (linked
+/// with no capabilities; see [`crate::module::wasi`]), which Rust's std for
 /// wasm32-wasip2 imports as soon as a module formats or panics.
-const CNI_IMPORTS: &str = "cni:ipam/";
+const CNI_INTERFACES: &[(&str, Link)] = &[
+    ("cni:ipam/store@0.2.0", |l| {
+        bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
+    }),
+    ("cni:ipam/deadline@0.2.0", |l| {
+        bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
+    }),
+    ("cni:ipam/log@0.2.0", |l| {
+        bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
+    }),
+    ("cni:ipam/store@0.1.0", |l| {
+        v0_1::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
+    }),
+    ("cni:ipam/deadline@0.1.0", |l| {
+        v0_1::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
+    }),
+    ("cni:ipam/log@0.1.0", |l| {
+        v0_1::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
+    }),
+];
+const CNI_TYPES: &[&str] = &["cni:ipam/types@0.2.0", "cni:ipam/types@0.1.0"];
 
 pub struct ModuleHost {
     engine: Engine,
 }
 
+/// What a component imports and exports, and whether the host can run it: everything
+/// `wasm-ipam inspect` shows, and what [`ModuleHost::load`] refuses a module for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interfaces {
+    /// Each import, with whether the host provides it.
+    pub imports: Vec<(String, bool)>,
+    pub exports: Vec<String>,
+    /// The contract whose handler it exports, newest first.
+    pub contract: Option<Contract>,
+    pub inspect: bool,
+    pub migrate: bool,
+}
+
+impl Interfaces {
+    fn of(engine: &Engine, component: &Component) -> Self {
+        let ty = component.component_type();
+        let imports: Vec<(String, bool)> = ty
+            .imports(engine)
+            .map(|(name, item)| {
+                let instance = matches!(item.ty, ComponentItem::ComponentInstance(_));
+                let provided = instance
+                    && (crate::module::wasi::interface(name).is_some()
+                        || CNI_INTERFACES.iter().any(|(n, _)| *n == name)
+                        || CNI_TYPES.contains(&name));
+                (name.to_string(), provided)
+            })
+            .collect();
+        let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+        let exported = |name: String| exports.contains(&name);
+        let contract = Contract::RUN
+            .into_iter()
+            .find(|c| exported(c.export("handler")));
+        Interfaces {
+            contract,
+            inspect: exported(Contract::V0_2.export("inspect")),
+            migrate: exported(Contract::V0_2.export("migrate")),
+            imports,
+            exports,
+        }
+    }
+
+    /// Why the host refuses the module, if it does.
+    pub fn refusal(&self) -> Option<(String, String)> {
+        let missing: Vec<&str> = self
+            .imports
+            .iter()
+            .filter(|(_, provided)| !provided)
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Some((
+                format!("imports what the host does not provide: {}", missing.join(", ")),
+                "the host provides cni:ipam/{store,deadline,log} at 0.2.0 and 0.1.0, and WASI 0.2 with no capabilities".into(),
+            ));
+        }
+        if self.contract.is_none() {
+            return Some((
+                "does not export cni:ipam/handler@0.2.0 (or @0.1.0)".into(),
+                format!("it exports: {}", self.exports.join(", ")),
+            ));
+        }
+        None
+    }
+}
+
+/// The exports a call reaches, looked up once per load.
+enum Handler {
+    V0_1(v0_1::handler::GuestIndices),
+    V0_2(handler::GuestIndices),
+}
+
 /// A compiled, linked module ready to instantiate.
 pub struct LoadedModule {
-    pre: IpamModulePre<GuestState>,
+    pre: InstancePre<GuestState>,
+    handler: Handler,
+    inspect: Option<inspect::GuestIndices>,
+    migrate: Option<migrate::GuestIndices>,
+    pub contract: Contract,
     pub sha256: String,
     /// Whether the compiled code came from the cache (else it was compiled now).
     pub from_cache: bool,
+}
+
+impl LoadedModule {
+    pub fn exports_inspect(&self) -> bool {
+        self.inspect.is_some()
+    }
+    pub fn exports_migrate(&self) -> bool {
+        self.migrate.is_some()
+    }
 }
 
 /// The handler call to make.
@@ -60,11 +195,39 @@ pub enum Call {
     Status,
 }
 
+/// What to ask a module.
+pub enum Work {
+    /// A CNI command.
+    Handle(types::Request, Call),
+    /// `inspect.allocations`.
+    Allocations(inspect::Context),
+    /// `inspect.pools`.
+    Pools(inspect::Context),
+    /// `migrate.import-state`.
+    Import(Import),
+}
+
+pub struct Import {
+    pub format: String,
+    pub network: String,
+    pub config: Option<String>,
+    pub files: Vec<migrate::StateFile>,
+}
+
+/// What a module answered, by the [`Work`] asked.
+pub enum Answer {
+    /// For ADD the result, otherwise `None`.
+    Handled(Option<types::IpamResult>),
+    Allocations(Vec<inspect::Allocation>),
+    Pools(Vec<inspect::Pool>),
+    Imported(migrate::ImportReport),
+}
+
 /// What a guest call left behind, whether it succeeded or not.
 pub struct GuestOutcome {
-    /// The handler's answer (for ADD the result, otherwise `None`), or why it failed:
-    /// the module's own CNI error, a trap, or the deadline.
-    pub result: Result<Option<types::IpamResult>, CniError>,
+    /// The module's answer, or why it failed: the module's own CNI error, a trap, or
+    /// the deadline.
+    pub result: Result<Answer, CniError>,
     /// The guest's state, holding its staged store writes and captured output.
     pub state: GuestState,
 }
@@ -99,36 +262,53 @@ pub fn engine() -> Result<Engine, CniError> {
     Engine::new(&config()).map_err(engine_error)
 }
 
+/// The module's compiled code and what the host made of it, before linking.
+pub struct Compiled {
+    pub component: Component,
+    pub sha256: String,
+    pub size: u64,
+    pub from_cache: bool,
+    pub interfaces: Interfaces,
+}
+
 impl ModuleHost {
     pub fn new() -> Result<Self, CniError> {
         Ok(ModuleHost { engine: engine()? })
     }
 
-    /// A linker with our interfaces and the WASI interfaces in `wasi` (each linked
-    /// once, whatever versions of it are imported).
-    fn linker(&self, wasi: &[crate::module::wasi::Link]) -> Result<Linker<GuestState>, CniError> {
+    /// A linker with the interfaces the module imports (each linked once, whatever
+    /// 0.2.x versions of a WASI interface it imports).
+    fn linker(&self, interfaces: &Interfaces) -> Result<Linker<GuestState>, CniError> {
         let mut linker = Linker::new(&self.engine);
-        let l = &mut linker;
-        bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
-            .map_err(engine_error)?;
-        bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
-            .map_err(engine_error)?;
-        bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
-            .map_err(engine_error)?;
-        for link in wasi {
-            link(l).map_err(engine_error)?;
+        let mut wasi = Vec::new();
+        for (name, _) in &interfaces.imports {
+            let link = match crate::module::wasi::interface(name) {
+                Some((interface, link)) if !wasi.contains(interface) => {
+                    wasi.push(*interface);
+                    Some(link)
+                }
+                Some(_) => None,
+                None => CNI_INTERFACES
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, link)| link),
+            };
+            if let Some(link) = link {
+                link(&mut linker).map_err(engine_error)?;
+            }
         }
         Ok(linker)
     }
 
-    /// Reads, verifies, compiles (or loads from `cache`) and links the module at `path`.
-    pub fn load(
+    /// Reads, verifies and compiles (or loads from `cache`) the module at `path`, and
+    /// lists its imports and exports.
+    pub fn compile(
         &self,
         path: &Path,
         pinned_sha256: Option<&str>,
         cache: Option<&ModuleCache>,
         limits: &Limits,
-    ) -> Result<LoadedModule, CniError> {
+    ) -> Result<Compiled, CniError> {
         let module = ModuleFile::open(path, limits.module_bytes)?;
         let (sha256, bytes) = module.sha256(cache)?;
         if let Some(pinned) = pinned_sha256
@@ -140,70 +320,89 @@ impl ModuleHost {
             )
             .with_details(format!("expected sha256 {pinned}, found {sha256}")));
         }
-        let rejected = |msg: String, e: wasmtime::Error| {
-            CniError::new(code::MODULE_REJECTED, msg).with_details(format!("{e:#}"))
-        };
         let read = || bytes.map_or_else(|| module.read(), Ok);
         let (component, from_cache) =
             crate::module::compile::compiled(&self.engine, read, &sha256, path, cache, limits)?;
-        let mut unsupported = Vec::new();
-        let (mut wasi, mut links) = (Vec::new(), Vec::new());
-        for (name, item) in component.component_type().imports(&self.engine) {
-            match (&item.ty, crate::module::wasi::interface(name)) {
-                (ComponentItem::ComponentInstance(_), Some(interface)) => {
-                    // Once per interface, whichever 0.2.x versions are imported.
-                    if !wasi.contains(&interface.0) {
-                        wasi.push(interface.0);
-                        links.push(interface.1);
-                    }
-                }
-                (ComponentItem::ComponentInstance(_), None) if name.starts_with(CNI_IMPORTS) => {}
-                _ => unsupported.push(name.to_string()),
-            }
-        }
-        if !unsupported.is_empty() {
-            return Err(CniError::new(
-                code::MODULE_REJECTED,
-                format!(
-                    "module {} imports what the host does not provide: {}",
-                    path.display(),
-                    unsupported.join(", ")
-                ),
-            )
-            .with_details(
-                "the host provides cni:ipam/{store,deadline,log} and WASI 0.2 with no capabilities",
-            ));
-        }
-        let pre = self
-            .linker(&links)?
-            .instantiate_pre(&component)
-            .map_err(|e| rejected(format!("module {} cannot be linked", path.display()), e))?;
-        let pre = IpamModulePre::new(pre).map_err(|e| {
-            rejected(
-                format!(
-                    "module {} does not export cni:ipam/handler@0.1.0",
-                    path.display()
-                ),
-                e,
-            )
-        })?;
-        Ok(LoadedModule {
-            pre,
+        let interfaces = Interfaces::of(&self.engine, &component);
+        Ok(Compiled {
+            component,
             sha256,
+            size: module.size(),
             from_cache,
+            interfaces,
         })
     }
 
-    /// Instantiates the module and calls its handler, stopping it at the deadline.
+    /// [`ModuleHost::compile`], then refuses a module the host cannot run and links it.
+    pub fn load(
+        &self,
+        path: &Path,
+        pinned_sha256: Option<&str>,
+        cache: Option<&ModuleCache>,
+        limits: &Limits,
+    ) -> Result<LoadedModule, CniError> {
+        let compiled = self.compile(path, pinned_sha256, cache, limits)?;
+        self.link(path, compiled)
+    }
+
+    /// Links a compiled module and looks up its exports, or says why it cannot run.
+    pub fn link(&self, path: &Path, compiled: Compiled) -> Result<LoadedModule, CniError> {
+        let interfaces = &compiled.interfaces;
+        let (Some(contract), None) = (interfaces.contract, interfaces.refusal()) else {
+            let (msg, details) = interfaces.refusal().unwrap_or_default();
+            return Err(CniError::new(
+                code::MODULE_REJECTED,
+                format!("module {} {msg}", path.display()),
+            )
+            .with_details(details));
+        };
+        let rejected = |what: &str, e: wasmtime::Error| {
+            CniError::new(
+                code::MODULE_REJECTED,
+                format!("module {} {what}", path.display()),
+            )
+            .with_details(format!("{e:#}"))
+        };
+        let pre = self
+            .linker(interfaces)?
+            .instantiate_pre(&compiled.component)
+            .map_err(|e| rejected("cannot be linked", e))?;
+        let handler_export = format!("does not export {}", contract.export("handler"));
+        let handler = match contract {
+            Contract::V0_1 => Handler::V0_1(
+                v0_1::handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
+            ),
+            Contract::V0_2 => Handler::V0_2(
+                handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
+            ),
+        };
+        let inspect = match interfaces.inspect {
+            true => Some(inspect::GuestIndices::new(&pre).map_err(|e| {
+                rejected("exports cni:ipam/inspect@0.2.0 without its functions", e)
+            })?),
+            false => None,
+        };
+        let migrate = match interfaces.migrate {
+            true => Some(migrate::GuestIndices::new(&pre).map_err(|e| {
+                rejected("exports cni:ipam/migrate@0.2.0 without its functions", e)
+            })?),
+            false => None,
+        };
+        Ok(LoadedModule {
+            pre,
+            handler,
+            inspect,
+            migrate,
+            contract,
+            sha256: compiled.sha256,
+            from_cache: compiled.from_cache,
+        })
+    }
+
+    /// Instantiates the module and asks it `work`, stopping it at the deadline.
     ///
     /// Called only after the lock grant: `state` holds a deadline built from the grant.
-    pub fn call(
-        &self,
-        module: &LoadedModule,
-        state: GuestState,
-        request: types::Request,
-        call: Call,
-    ) -> GuestOutcome {
+    pub fn call(&self, module: &LoadedModule, state: GuestState, work: Work) -> GuestOutcome {
         let deadline = state.deadline;
         let transfer_limit = state.transfer_limit;
         let mut store = wasmtime::Store::new(&self.engine, state);
@@ -230,33 +429,186 @@ impl ModuleHost {
         let outcome = runtime.block_on(async {
             tokio::time::timeout(deadline.remaining(), async {
                 let instance = module.pre.instantiate_async(&mut store).await?;
-                let handler = instance.cni_ipam_handler();
-                wasmtime::Result::Ok(match call {
-                    Call::Add => handler.call_add(&mut store, &request).await?.map(Some),
-                    Call::Del => handler.call_del(&mut store, &request).await?.map(|()| None),
-                    Call::Check => handler
-                        .call_check(&mut store, &request)
-                        .await?
-                        .map(|()| None),
-                    Call::Gc(valid) => handler
-                        .call_gc(&mut store, &request, &valid)
-                        .await?
-                        .map(|()| None),
-                    Call::Status => handler
-                        .call_status(&mut store, &request)
-                        .await?
-                        .map(|()| None),
-                })
+                ask(module, &mut store, &instance, work).await
             })
             .await
         });
         let state = store.into_data();
         let result = match outcome {
-            Ok(Ok(answer)) => answer.map_err(crate::call::answer::module_error),
+            Ok(Ok(answer)) => answer,
             Ok(Err(trap)) => Err(trap_error(&trap, &state, deadline, transfer_limit)),
             Err(_elapsed) => Err(deadline_error(deadline)),
         };
         GuestOutcome { result, state }
+    }
+}
+
+type Store = wasmtime::Store<GuestState>;
+
+/// Calls the export `work` names in `instance`: the module's answer, its CNI error
+/// (checked by [`crate::call::answer::module_error`]), or a trap.
+async fn ask(
+    module: &LoadedModule,
+    store: &mut Store,
+    instance: &wasmtime::component::Instance,
+    work: Work,
+) -> wasmtime::Result<Result<Answer, CniError>> {
+    let module_error = crate::call::answer::module_error;
+    let not_exported = |what: &str| {
+        CniError::new(
+            code::MODULE_REJECTED,
+            format!(
+                "this module does not export cni:ipam/{what}@0.2.0 (it targets {})",
+                module.contract.name()
+            ),
+        )
+    };
+    Ok(match work {
+        Work::Handle(request, call) => match &module.handler {
+            Handler::V0_2(indices) => {
+                let h = indices.load(&mut *store, instance)?;
+                let s = &mut *store;
+                match call {
+                    Call::Add => h.call_add(s, &request).await?.map(Some),
+                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
+                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
+                    Call::Gc(valid) => h.call_gc(s, &request, &valid).await?.map(|()| None),
+                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
+                }
+                .map(Answer::Handled)
+                .map_err(module_error)
+            }
+            Handler::V0_1(indices) => {
+                let h = indices.load(&mut *store, instance)?;
+                let s = &mut *store;
+                let request = v0_1_convert::request(request);
+                match call {
+                    Call::Add => h
+                        .call_add(s, &request)
+                        .await?
+                        .map(|r| Some(v0_1_convert::result(r))),
+                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
+                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
+                    Call::Gc(valid) => {
+                        let valid: Vec<_> =
+                            valid.into_iter().map(v0_1_convert::attachment).collect();
+                        h.call_gc(s, &request, &valid).await?.map(|()| None)
+                    }
+                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
+                }
+                .map(Answer::Handled)
+                .map_err(|e| module_error(v0_1_convert::error(e)))
+            }
+        },
+        Work::Allocations(context) => match &module.inspect {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_allocations(&mut *store, &context)
+                .await?
+                .map(Answer::Allocations)
+                .map_err(module_error),
+            None => Err(not_exported("inspect")),
+        },
+        Work::Pools(context) => match &module.inspect {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_pools(&mut *store, &context)
+                .await?
+                .map(Answer::Pools)
+                .map_err(module_error),
+            None => Err(not_exported("inspect")),
+        },
+        Work::Import(import) => match &module.migrate {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_import_state(
+                    &mut *store,
+                    &import.format,
+                    &import.network,
+                    import.config.as_deref(),
+                    &import.files,
+                )
+                .await?
+                .map(Answer::Imported)
+                .map_err(module_error),
+            None => Err(not_exported("migrate")),
+        },
+    })
+}
+
+/// 0.2.0's types to 0.1.0's and back, for a 0.1.0 module's handler.
+mod v0_1_convert {
+    use crate::module::bindings::{types, v0_1::types as old};
+
+    pub fn request(r: types::Request) -> old::Request {
+        old::Request {
+            command: match r.command {
+                types::Command::Add => old::Command::Add,
+                types::Command::Del => old::Command::Del,
+                types::Command::Check => old::Command::Check,
+                types::Command::Gc => old::Command::Gc,
+                types::Command::Status => old::Command::Status,
+            },
+            container_id: r.container_id,
+            netns: r.netns,
+            ifname: r.ifname,
+            args: r.args,
+            network_name: r.network_name,
+            cni_version: r.cni_version,
+            config: r.config,
+            prev_result: r.prev_result,
+            lock_granted_at: old::WallInstant {
+                seconds: r.lock_granted_at.seconds,
+                nanoseconds: r.lock_granted_at.nanoseconds,
+            },
+        }
+    }
+
+    pub fn attachment(a: types::Attachment) -> old::Attachment {
+        old::Attachment {
+            container_id: a.container_id,
+            ifname: a.ifname,
+        }
+    }
+
+    pub fn result(r: old::IpamResult) -> types::IpamResult {
+        types::IpamResult {
+            ips: r
+                .ips
+                .into_iter()
+                .map(|i| types::IpConfig {
+                    address: i.address,
+                    gateway: i.gateway,
+                })
+                .collect(),
+            routes: r
+                .routes
+                .into_iter()
+                .map(|r| types::Route {
+                    dst: r.dst,
+                    gw: r.gw,
+                    mtu: None,
+                    advmss: None,
+                    priority: None,
+                    table: None,
+                    scope: None,
+                })
+                .collect(),
+            dns: types::Dns {
+                nameservers: r.dns.nameservers,
+                domain: r.dns.domain,
+                search: r.dns.search,
+                options: r.dns.options,
+            },
+        }
+    }
+
+    pub fn error(e: old::Error) -> types::Error {
+        types::Error {
+            code: e.code,
+            msg: e.msg,
+            details: e.details,
+        }
     }
 }
 

@@ -66,6 +66,11 @@ impl ModuleFile {
         Ok(module)
     }
 
+    /// The file's size when it was opened.
+    pub fn size(&self) -> u64 {
+        self.identity.size()
+    }
+
     fn too_large(&self, size: u64) -> CniError {
         CniError::new(
             code::MODULE_REJECTED,

@@ -8,11 +8,13 @@ use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::module::engine::ModuleHost;
-use crate::operator::{import, inventory, metrics};
-use crate::store::{self, Store};
+use crate::operator::ask::{Asked, Place};
+use crate::operator::inventory::printable;
+use crate::operator::{describe, import, inventory, metrics};
+use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// wasm-ipam: a CNI IPAM plugin that runs IPAM modules as WebAssembly components.
 ///
@@ -41,30 +43,95 @@ struct StoreArgs {
     lock_timeout: f64,
 }
 
+/// The netconf's compile limits, for commands that compile a module outside a call.
+#[derive(clap::Args)]
+struct CompileArgs {
+    /// Wall time the compiler may take (the netconf's `ipam.compileTimeoutSeconds`).
+    #[arg(long)]
+    compile_timeout_seconds: Option<f64>,
+    /// Data memory the compiler may use (the netconf's `ipam.compileMemoryMiB`).
+    #[arg(long)]
+    compile_memory_mib: Option<u64>,
+    /// The largest module file read (the netconf's `ipam.moduleMaxMiB`).
+    #[arg(long)]
+    module_max_mib: Option<u64>,
+}
+
+impl CompileArgs {
+    fn limits(&self) -> Result<Limits, CniError> {
+        let mut limits = Limits::default();
+        if let Some(seconds) = self.compile_timeout_seconds {
+            limits.compile_time = Duration::try_from_secs_f64(seconds)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    CniError::config("--compile-timeout-seconds must be a positive number")
+                })?;
+        }
+        if let Some(mib) = self.compile_memory_mib {
+            limits.compile_memory = mib.max(1) << 20;
+        }
+        if let Some(mib) = self.module_max_mib {
+            limits.module_bytes = mib.max(1) << 20;
+        }
+        Ok(limits)
+    }
+}
+
 #[derive(Subcommand)]
 enum Operation {
-    /// Print every allocation: network, address, container id, ifname, since when.
+    /// Print every allocation: network, address, container id, ifname, since when, as
+    /// the module serving each network reports them (its `inspect` export).
     List {
         #[command(flatten)]
         store: StoreArgs,
         /// Only this network.
         #[arg(long)]
         network: Option<String>,
+        /// Ask the module this network configuration (or conflist) names, for its
+        /// network, instead of the one the store recorded.
+        #[arg(long)]
+        netconf: Option<PathBuf>,
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Per network capacity, in use, free, excluded and cooling down; and, from the
-    /// log, lock wait / lock hold / budget used per call.
+    /// Per network and pool capacity, in use, free, excluded and cooling down, as each
+    /// network's module reports them; and, from the log, lock wait / lock hold /
+    /// budget used per call.
     Stats {
         #[command(flatten)]
         store: StoreArgs,
+        /// Only this network.
+        #[arg(long)]
+        network: Option<String>,
+        /// As for `list`.
+        #[arg(long)]
+        netconf: Option<PathBuf>,
         /// The netconf's `ipam.logFile`, for call timings.
         #[arg(long)]
         log_file: Option<PathBuf>,
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
+    },
+    /// Describe a module: digest, size, the contract it targets, its imports (each
+    /// provided or not) and exports, whether the host accepts it and why not, its
+    /// compile time and whether the cache holds it.
+    Inspect {
+        /// The module's .wasm component.
+        module: PathBuf,
+        /// The cache directory (the netconf's `ipam.cacheDir`).
+        #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+        cache_dir: PathBuf,
+        /// Compile without the cache (to measure the compile; nothing is stored).
+        #[arg(long)]
+        no_cache: bool,
+        #[command(flatten)]
+        compile: CompileArgs,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Compile a module into the cache ahead of time (for node images and installers),
     /// checking it as a CNI call would.
@@ -74,12 +141,8 @@ enum Operation {
         /// The cache directory (the netconf's `ipam.cacheDir`).
         #[arg(long, default_value = DEFAULT_CACHE_DIR)]
         cache_dir: PathBuf,
-        /// Wall time the compiler may take (the netconf's `ipam.compileTimeoutSeconds`).
-        #[arg(long)]
-        compile_timeout_seconds: Option<f64>,
-        /// Data memory the compiler may use (the netconf's `ipam.compileMemoryMiB`).
-        #[arg(long)]
-        compile_memory_mib: Option<u64>,
+        #[command(flatten)]
+        compile: CompileArgs,
     },
     /// Check, back up or restore the store (see SECURITY.md, "When the store is
     /// damaged").
@@ -88,7 +151,8 @@ enum Operation {
         action: StoreAction,
     },
     /// Import host-local's on-disk allocations so a node can switch without leaking
-    /// or reusing addresses.
+    /// or reusing addresses: the module serving the network (its `migrate` export)
+    /// takes them over.
     ImportHostLocal {
         /// host-local's dataDir (holding one directory per network).
         #[arg(long, default_value = "/var/lib/cni/networks")]
@@ -96,6 +160,14 @@ enum Operation {
         /// The network(s) to import.
         #[arg(long, required = true)]
         network: Vec<String>,
+        /// The module to import into (default: the one the store recorded for the
+        /// network).
+        #[arg(long)]
+        module: Option<PathBuf>,
+        /// The network's configuration (or conflist), giving its module and the
+        /// configuration the module is told; its name must be the imported network's.
+        #[arg(long, conflicts_with = "module")]
+        netconf: Option<PathBuf>,
         /// wasm-ipam's store directory (the netconf's `ipam.dataDir`).
         #[arg(long, default_value = DEFAULT_DATA_DIR)]
         store_dir: PathBuf,
@@ -132,6 +204,35 @@ enum StoreAction {
     },
 }
 
+/// What an operator command prints: `text` on stdout, each note on stderr; `failed`
+/// makes the exit status 1 (some of what was asked could not be answered).
+#[derive(Debug, Default)]
+pub struct Output {
+    pub text: String,
+    pub notes: Vec<String>,
+    pub failed: bool,
+}
+
+impl From<String> for Output {
+    fn from(text: String) -> Self {
+        Output {
+            text,
+            ..Output::default()
+        }
+    }
+}
+
+impl StoreArgs {
+    fn place(&self) -> Result<Place, CniError> {
+        Ok(Place {
+            data_dir: self.data_dir.clone(),
+            lock_file: self.lock_file.clone(),
+            lock_timeout: Duration::try_from_secs_f64(self.lock_timeout)
+                .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
+        })
+    }
+}
+
 /// Runs `f` under the host-wide lock, waiting at most `timeout` seconds for it; `f`
 /// gets how long it may wait for `store.lock` in turn.
 fn under_lock<T>(
@@ -155,55 +256,70 @@ fn with_store<T>(
     })
 }
 
-fn rfc3339(secs: u64) -> String {
+/// A `since` as RFC 3339, or as the number it is when no four-digit year holds it.
+fn since(secs: u64) -> String {
+    if secs > inventory::LAST_RFC3339_SECOND {
+        return secs.to_string();
+    }
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
 /// Runs an operator command; returns what to print.
-pub fn run(cli: Cli) -> Result<String, CniError> {
+pub fn run(cli: Cli) -> Result<Output, CniError> {
     match cli.command {
         Operation::List {
             store,
             network,
+            netconf,
             json,
         } => {
-            let allocations =
-                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
-                    crate::call::test_panic("list");
-                    inventory::allocations(s, network.as_deref())
-                })?;
+            let place = store.place()?;
+            let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
+            let mut notes = Vec::new();
+            crate::call::test_panic("list");
+            let allocations = inventory::allocations(&place, networks, &mut notes);
+            let failed = !notes.iter().all(|n| n.contains("changed since"));
             if json {
-                return Ok(serde_json::to_string_pretty(&allocations).expect("serialisable"));
+                let mut text = serde_json::to_string_pretty(&allocations).expect("serialisable");
+                text.push('\n');
+                return Ok(Output {
+                    text,
+                    notes,
+                    failed,
+                });
             }
-            let mut out = format!(
+            let mut text = format!(
                 "{:<20} {:<40} {:<64} {:<10} {}\n",
                 "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "SINCE"
             );
             for a in allocations {
-                out += &format!(
+                text += &format!(
                     "{:<20} {:<40} {:<64} {:<10} {}\n",
-                    a.network,
+                    printable(&a.network),
                     a.address,
-                    a.container_id,
-                    a.ifname,
-                    a.since.map_or("-".into(), rfc3339)
+                    printable(&a.container_id),
+                    printable(&a.ifname),
+                    a.since.map_or("-".into(), since)
                 );
             }
-            Ok(out)
+            Ok(Output {
+                text,
+                notes,
+                failed,
+            })
         }
         Operation::Stats {
             store,
+            network,
+            netconf,
             log_file,
             prometheus,
         } => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs();
-            let networks =
-                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
-                    inventory::network_stats(s, now)
-                })?;
+            let place = store.place()?;
+            let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
+            let mut notes = Vec::new();
+            let stats = inventory::network_stats(&place, networks, &mut notes);
+            let failed = !notes.iter().all(|n| n.contains("changed since"));
             let log = match &log_file {
                 Some(path) => std::fs::read_to_string(path).map_err(|e| {
                     CniError::new(
@@ -215,62 +331,129 @@ pub fn run(cli: Cli) -> Result<String, CniError> {
                 None => String::new(),
             };
             let timings = metrics::call_timings(&log);
-            Ok(if prometheus {
-                metrics::prometheus(&networks, &timings)
+            let text = if prometheus {
+                metrics::prometheus(&stats, &timings)
             } else {
-                metrics::table(&networks, &timings)
+                metrics::table(&stats, &timings, log_file.as_deref())
+            };
+            Ok(Output {
+                text,
+                notes,
+                failed,
+            })
+        }
+        Operation::Inspect {
+            module,
+            cache_dir,
+            no_cache,
+            compile,
+            json,
+        } => {
+            let cache = if no_cache {
+                None
+            } else {
+                Some(
+                    ModuleCache::open(&cache_dir)
+                        .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?,
+                )
+            };
+            let report = describe::describe(&module, cache.as_ref(), &compile.limits()?)?;
+            Ok(Output {
+                failed: !report.accepted,
+                text: if json {
+                    let mut text = serde_json::to_string_pretty(&report).expect("serialisable");
+                    text.push('\n');
+                    text
+                } else {
+                    report.text()
+                },
+                notes: Vec::new(),
             })
         }
         Operation::Precompile {
             module,
             cache_dir,
-            compile_timeout_seconds,
-            compile_memory_mib,
+            compile,
         } => {
             let cache = ModuleCache::open(&cache_dir)
                 .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?;
-            let mut limits = Limits::default();
-            if let Some(seconds) = compile_timeout_seconds {
-                limits.compile_time = Duration::try_from_secs_f64(seconds)
-                    .ok()
-                    .filter(|d| !d.is_zero())
-                    .ok_or_else(|| {
-                        CniError::config("--compile-timeout-seconds must be a positive number")
-                    })?;
-            }
-            if let Some(mib) = compile_memory_mib {
-                limits.compile_memory = mib.max(1) << 20;
-            }
+            let limits = compile.limits()?;
             let loaded = ModuleHost::new()?.load(&module, None, Some(&cache), &limits)?;
             Ok(format!(
-                "{} (sha256 {}) {} {}\n",
+                "{} (sha256 {}, {}) {} {}\n",
                 module.display(),
                 loaded.sha256,
+                loaded.contract.name(),
                 if loaded.from_cache {
                     "already in"
                 } else {
                     "compiled into"
                 },
                 cache_dir.display()
-            ))
+            )
+            .into())
         }
-        Operation::Store { action } => store_action(action),
+        Operation::Store { action } => store_action(action).map(Output::from),
         Operation::ImportHostLocal {
             data_dir,
             network,
+            module,
+            netconf,
             store_dir,
             lock_file,
-        } => with_store(&store_dir, &lock_file, LOCK_TIMEOUT_SECONDS, |store| {
-            let mut out = String::new();
+        } => {
+            let place = Place {
+                data_dir: store_dir,
+                lock_file,
+                lock_timeout: Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
+            };
+            let named = netconf
+                .as_deref()
+                .map(crate::operator::ask::from_netconf)
+                .transpose()?;
+            let recorded = match (&module, &named) {
+                (None, None) => place.served()?,
+                _ => Vec::new(),
+            };
+            let mut out = Output::default();
             for name in &network {
-                let r = import::import_host_local(store, &data_dir.join(name), name)?;
-                out += &format!(
-                    "{name}: imported {} address(es) and {} last-reserved marker(s); {} already present\n",
-                    r.addresses, r.last_reserved, r.already_present
+                let served_by = match (&module, &named) {
+                    (Some(module), _) => ServedBy {
+                        module: module.clone(),
+                        sha256: String::new(),
+                        contract: String::new(),
+                        config: None,
+                    },
+                    (None, Some((of, served_by))) if of == name => served_by.clone(),
+                    (None, Some((of, _))) => {
+                        return Err(CniError::config(format!(
+                            "--netconf configures network {of}, not {name}"
+                        )));
+                    }
+                    (None, None) => recorded
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .and_then(|(_, r)| r.clone().ok())
+                        .ok_or_else(|| {
+                            CniError::config(format!(
+                                "no module is recorded for network {name}: pass --module or --netconf"
+                            ))
+                        })?,
+                };
+                let asked = Asked::load(name, served_by, &mut out.notes)?;
+                let r = import::import_host_local(&place, &asked, &data_dir.join(name))?;
+                out.text += &format!(
+                    "{name}: imported {} entr{} into {}; {} already present\n",
+                    r.imported,
+                    if r.imported == 1 { "y" } else { "ies" },
+                    asked.served_by.module.display(),
+                    r.already_present
                 );
+                out.notes
+                    .extend(r.notes.iter().map(|n| format!("{name}: {}", printable(n))));
             }
             Ok(out)
-        }),
+        }
     }
 }
 

@@ -1,19 +1,23 @@
-//! The operators' view of the store: every allocation, and per network capacity and
-//! use. It reads the store conventions modules follow so operators need not know a
-//! module's internals:
-//!
-//! - `ip/<address>` → `<containerID>\r\n<ifname>` (host-local's per-address file; a
-//!   value without `\r\n` is host-local's legacy id-only form),
-//! - `meta/<address>` → `{"since": <unix seconds>}`, when the address was handed out,
-//! - `cooldown/<address>` → `{"until": <unix seconds>}`, not reused before then,
-//! - `summary` → `{"capacity": N, "excluded": M}`: addresses the ranges can hand out,
-//!   and how many of those are excluded; free is capacity less excluded, in use and cooling.
+//! The operators' view: every allocation, and per network its pools, as the module
+//! serving each network reports them through its `inspect` export. The host reads no
+//! module's keys; it only checks and bounds what a module says, since a module is a
+//! stranger's code and its answer reaches an operator's terminal.
 
 use crate::error::CniError;
-use crate::store::Store;
-use serde::{Deserialize, Serialize};
+use crate::module::bindings::inspect;
+use crate::module::engine::{Answer, Work};
+use crate::operator::ask::{Asked, Place};
+use crate::store::Records;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::Path;
+
+/// The longest text field of an allocation or pool shown (ids, names, attributes);
+/// past it the field is cut and says how much was.
+const MAX_FIELD_BYTES: usize = 256;
+/// Latest `since` shown as a date (9999-12-31T23:59:59Z): RFC 3339 has four-digit years.
+pub const LAST_RFC3339_SECOND: u64 = 253_402_300_799;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Allocation {
@@ -24,12 +28,15 @@ pub struct Allocation {
     pub ifname: String,
     /// Unix seconds when it was handed out, if the module recorded it.
     pub since: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct NetworkStats {
+pub struct PoolStats {
     pub network: String,
-    /// Addresses the network can hand out, if the module recorded it.
+    pub pool: String,
+    /// Addresses the pool can hand out, if the module knows it.
     pub capacity: Option<u64>,
     pub in_use: u64,
     pub excluded: u64,
@@ -37,138 +44,237 @@ pub struct NetworkStats {
     pub free: Option<u64>,
 }
 
-#[derive(Deserialize)]
-struct Meta {
-    since: Option<u64>,
+/// Each network's totals over its pools (as `stats` showed before pools existed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NetworkStats {
+    pub network: String,
+    /// Known only if every pool's is.
+    pub capacity: Option<u64>,
+    pub in_use: u64,
+    pub excluded: u64,
+    pub cooling_down: u64,
+    pub free: Option<u64>,
+    pub pools: Vec<PoolStats>,
 }
 
-#[derive(Deserialize)]
-struct Cooldown {
-    until: u64,
-}
-
-#[derive(Deserialize)]
-struct Summary {
-    capacity: u64,
-    #[serde(default)]
-    excluded: u64,
-}
-
-/// Every allocation, in network then key order.
-pub fn allocations(store: &dyn Store, network: Option<&str>) -> Result<Vec<Allocation>, CniError> {
-    let entries = store.entries(network)?;
-    let since: BTreeMap<(&str, &str), u64> = entries
-        .iter()
-        .filter_map(|(net, key, value)| {
-            let address = key.strip_prefix("meta/")?;
-            let meta: Meta = serde_json::from_slice(value).ok()?;
-            Some(((net.as_str(), address), meta.since?))
-        })
-        .collect();
-    Ok(entries
-        .iter()
-        .filter_map(|(net, key, value)| {
-            let address = key.strip_prefix("ip/")?;
-            let owner = String::from_utf8_lossy(value);
-            let (container_id, ifname) = owner.split_once("\r\n").unwrap_or((&owner, ""));
-            Some(Allocation {
-                network: net.clone(),
-                address: address.parse().ok()?,
-                container_id: container_id.trim().to_string(),
-                ifname: ifname.trim().to_string(),
-                since: since.get(&(net.as_str(), address)).copied(),
-            })
-        })
-        .collect())
-}
-
-/// Capacity and use per network, counting cooldowns still running at `now` (unix s).
-pub fn network_stats(store: &dyn Store, now: u64) -> Result<Vec<NetworkStats>, CniError> {
-    let mut stats: BTreeMap<String, NetworkStats> = BTreeMap::new();
-    for (net, key, value) in store.entries(None)? {
-        let entry = stats.entry(net.clone()).or_insert_with(|| NetworkStats {
-            network: net,
-            ..NetworkStats::default()
-        });
-        if key.starts_with("ip/") {
-            entry.in_use += 1;
-        } else if key.starts_with("cooldown/") {
-            if serde_json::from_slice::<Cooldown>(&value).is_ok_and(|c| c.until > now) {
-                entry.cooling_down += 1;
-            }
-        } else if key == "summary"
-            && let Ok(summary) = serde_json::from_slice::<Summary>(&value)
-        {
-            entry.capacity = Some(summary.capacity);
-            entry.excluded = summary.excluded;
+/// Which networks to ask, and by which module: the store's records (all, or
+/// `network` only), or the one network a netconf names.
+pub fn networks(
+    place: &Place,
+    network: Option<&str>,
+    netconf: Option<&Path>,
+) -> Result<Records, CniError> {
+    if let Some(path) = netconf {
+        let (name, served_by) = crate::operator::ask::from_netconf(path)?;
+        return Ok(vec![(name, Ok(served_by))]);
+    }
+    let mut served = place.served()?;
+    if let Some(network) = network {
+        served.retain(|(name, _)| name == network);
+        if served.is_empty() {
+            return Err(CniError::config(format!(
+                "no module is recorded for network {network}: no call has committed to it since wasm-ipam 0.2 (pass --netconf with its configuration)"
+            )));
         }
     }
-    Ok(stats
-        .into_values()
-        .map(|mut s| {
-            s.free = s
-                .capacity
-                .map(|c| c.saturating_sub(s.excluded + s.in_use + s.cooling_down));
-            s
+    Ok(served)
+}
+
+/// Asks each network's module `work`, loading every module before any lock; a
+/// network whose module fails is reported in `notes` and the others are still asked.
+fn ask_each(
+    place: &Place,
+    networks: Records,
+    work: impl Fn(&Asked) -> Work,
+    notes: &mut Vec<String>,
+) -> Vec<(String, Answer)> {
+    let mut loaded = Vec::new();
+    for (network, served_by) in networks {
+        let asked = served_by
+            .map_err(|e| {
+                CniError::new(
+                    crate::error::code::STORE_FAILURE,
+                    format!("network {network}: {e}"),
+                )
+            })
+            .and_then(|s| Asked::load(&network, s, notes))
+            .and_then(|a| a.require_inspect().map(|()| a));
+        match asked {
+            Ok(asked) => loaded.push(asked),
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    let mut answers = Vec::new();
+    for asked in loaded {
+        match asked.ask(place, work(&asked), false) {
+            Ok(answer) => answers.push((asked.network.clone(), answer)),
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    answers
+}
+
+/// Every allocation of the networks asked, in network then address order.
+pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Allocation> {
+    let mut out = Vec::new();
+    for (network, answer) in ask_each(place, networks, |a| Work::Allocations(a.context()), notes) {
+        let Answer::Allocations(list) = answer else {
+            continue;
+        };
+        let mut skipped = 0;
+        let mut these: Vec<Allocation> = list
+            .into_iter()
+            .filter_map(|a| {
+                let checked = checked_allocation(&network, a);
+                skipped += usize::from(checked.is_none());
+                checked
+            })
+            .collect();
+        if skipped > 0 {
+            notes.push(format!(
+                "network {network}: the module reported {skipped} allocation(s) whose address is not an IP address; not shown"
+            ));
+        }
+        these.sort_by_key(|a| a.address);
+        out.extend(these);
+    }
+    out
+}
+
+/// Every pool of the networks asked, grouped per network with its totals.
+pub fn network_stats(
+    place: &Place,
+    networks: Records,
+    notes: &mut Vec<String>,
+) -> Vec<NetworkStats> {
+    ask_each(place, networks, |a| Work::Pools(a.context()), notes)
+        .into_iter()
+        .filter_map(|(network, answer)| match answer {
+            Answer::Pools(pools) => Some(totals(&network, pools)),
+            _ => None,
         })
-        .collect())
+        .collect()
+}
+
+/// A module's allocation as shown: the address must be an IP address (a prefix length
+/// is dropped); text is cut to [`MAX_FIELD_BYTES`].
+fn checked_allocation(network: &str, a: inspect::Allocation) -> Option<Allocation> {
+    let text = a
+        .address
+        .split_once('/')
+        .map_or(a.address.as_str(), |(ip, _)| ip);
+    let address: IpAddr = text.parse().ok()?;
+    Some(Allocation {
+        network: network.to_string(),
+        address,
+        container_id: field(&a.container_id),
+        ifname: field(&a.ifname),
+        since: a.since,
+        attributes: a
+            .attributes
+            .iter()
+            .take(32)
+            .map(|(k, v)| (field(k), field(v)))
+            .collect(),
+    })
+}
+
+/// Text from a module, safe for a terminal: control characters escaped.
+pub fn printable(text: &str) -> String {
+    if text.chars().any(char::is_control) {
+        return text.escape_debug().to_string();
+    }
+    text.to_string()
+}
+
+fn field(text: &str) -> String {
+    crate::limits::truncated(text, MAX_FIELD_BYTES).to_string()
+}
+
+fn totals(network: &str, pools: Vec<inspect::Pool>) -> NetworkStats {
+    let pools: Vec<PoolStats> = pools
+        .into_iter()
+        .take(1024)
+        .map(|p| PoolStats {
+            network: network.to_string(),
+            pool: field(&p.name),
+            capacity: p.capacity,
+            in_use: p.in_use,
+            excluded: p.excluded,
+            cooling_down: p.cooling_down,
+            free: p.free,
+        })
+        .collect();
+    let sum = |f: fn(&PoolStats) -> Option<u64>| -> Option<u64> {
+        pools
+            .iter()
+            .try_fold(0u64, |total, p| Some(total.saturating_add(f(p)?)))
+    };
+    NetworkStats {
+        network: network.to_string(),
+        capacity: sum(|p| p.capacity),
+        in_use: sum(|p| Some(p.in_use)).unwrap_or(0),
+        excluded: sum(|p| Some(p.excluded)).unwrap_or(0),
+        cooling_down: sum(|p| Some(p.cooling_down)).unwrap_or(0),
+        free: sum(|p| p.free),
+        pools,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Changes, Quota};
 
-    fn put(store: &mut dyn Store, network: &str, pairs: &[(&str, &str)]) {
-        let changes: Changes = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
-            .collect();
-        store
-            .commit(network, &changes, Quota::UNLIMITED, &|| false)
-            .unwrap();
+    fn allocation(address: &str, since: Option<u64>) -> inspect::Allocation {
+        inspect::Allocation {
+            address: address.into(),
+            container_id: "c".repeat(1000),
+            ifname: "eth0".into(),
+            since,
+            attributes: vec![("node".into(), "n1".into())],
+        }
     }
 
     #[test]
-    fn allocations_and_stats_follow_the_conventions() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = crate::store::open(dir.path(), std::time::Duration::ZERO).unwrap();
-        put(
-            store.as_mut(),
-            "a",
-            &[
-                ("ip/10.0.0.2", "c1\r\neth0"),
-                ("meta/10.0.0.2", r#"{"since":1700000000}"#),
-                ("ip/10.0.0.3", "legacy-id"),
-                ("last_reserved_ip.0", "10.0.0.3"),
-                ("cooldown/10.0.0.4", r#"{"until":2000}"#),
-                ("cooldown/10.0.0.5", r#"{"until":500}"#),
-                ("summary", r#"{"capacity":253,"excluded":2}"#),
+    fn a_module_s_allocations_are_checked_and_bounded() {
+        let a = checked_allocation("n", allocation("10.0.0.2/24", Some(u64::MAX))).unwrap();
+        assert_eq!(a.address, "10.0.0.2".parse::<IpAddr>().unwrap());
+        assert!(a.container_id.starts_with(&"c".repeat(MAX_FIELD_BYTES)));
+        assert!(
+            a.container_id.ends_with("[744 bytes cut]"),
+            "{}",
+            a.container_id
+        );
+        assert_eq!(a.since, Some(u64::MAX));
+        assert_eq!(a.attributes["node"], "n1");
+        assert!(checked_allocation("n", allocation("not-an-ip", None)).is_none());
+        assert!(checked_allocation("n", allocation("fd00::5", None)).is_some());
+    }
+
+    #[test]
+    fn totals_are_known_only_when_every_pool_s_are() {
+        let pool = |name: &str, capacity: Option<u64>, free: Option<u64>| inspect::Pool {
+            name: name.into(),
+            capacity,
+            in_use: 2,
+            excluded: 1,
+            cooling_down: 1,
+            free,
+        };
+        let both = totals(
+            "n",
+            vec![
+                pool("a", Some(10), Some(6)),
+                pool("b", Some(u64::MAX), Some(3)),
             ],
         );
-        put(store.as_mut(), "b", &[("ip/fd00::2", "c2\r\nnet1")]);
-        let all = allocations(store.as_ref(), None).unwrap();
-        assert_eq!(all.len(), 3);
-        assert_eq!(all[0].container_id, "c1");
-        assert_eq!(all[0].ifname, "eth0");
-        assert_eq!(all[0].since, Some(1_700_000_000));
-        assert_eq!(all[1].container_id, "legacy-id");
-        assert_eq!(all[1].ifname, "");
-        assert_eq!(allocations(store.as_ref(), Some("b")).unwrap().len(), 1);
-
-        let stats = network_stats(store.as_ref(), 1000).unwrap();
-        assert_eq!(
-            stats[0],
-            NetworkStats {
-                network: "a".into(),
-                capacity: Some(253),
-                in_use: 2,
-                excluded: 2,
-                cooling_down: 1,
-                free: Some(248),
-            }
+        assert_eq!(both.capacity, Some(u64::MAX), "saturates");
+        assert_eq!((both.in_use, both.excluded, both.free), (4, 2, Some(9)));
+        let one_unknown = totals(
+            "n",
+            vec![pool("a", Some(10), Some(6)), pool("b", None, None)],
         );
-        assert_eq!(stats[1].capacity, None);
-        assert_eq!(stats[1].free, None);
+        assert_eq!((one_unknown.capacity, one_unknown.free), (None, None));
+        assert_eq!(one_unknown.pools.len(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //! how long calls waited for the lock, held it and used of their budget — as a table
 //! or in Prometheus text format (for node_exporter's textfile collector).
 
-use crate::operator::inventory::NetworkStats;
+use crate::operator::inventory::{NetworkStats, PoolStats, printable};
 use serde::Deserialize;
 use std::fmt::Write;
 
@@ -62,8 +62,8 @@ const TIMINGS: &[Metric] = &[
 
 fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, u64)]) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-    for (network, value) in rows {
-        let _ = writeln!(out, "{name}{{network=\"{}\"}} {value}", escape(network));
+    for (labels, value) in rows {
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
 }
 
@@ -75,12 +75,27 @@ fn escape(label: &str) -> String {
 }
 
 /// Prometheus text exposition format.
+/// Per network (its totals over its pools), then per pool.
 pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
     let mut out = String::new();
     let rows = |f: fn(&NetworkStats) -> Option<u64>| -> Vec<(String, u64)> {
         networks
             .iter()
-            .filter_map(|n| Some((n.network.clone(), f(n)?)))
+            .filter_map(|n| Some((format!("network=\"{}\"", escape(&n.network)), f(n)?)))
+            .collect()
+    };
+    let pools: Vec<&PoolStats> = networks.iter().flat_map(|n| &n.pools).collect();
+    let pool_rows = |f: fn(&PoolStats) -> Option<u64>| -> Vec<(String, u64)> {
+        pools
+            .iter()
+            .filter_map(|p| {
+                let labels = format!(
+                    "network=\"{}\",pool=\"{}\"",
+                    escape(&p.network),
+                    escape(&p.pool)
+                );
+                Some((labels, f(p)?))
+            })
             .collect()
     };
     gauge(
@@ -113,6 +128,37 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
         "Released addresses not yet reusable.",
         &rows(|n| Some(n.cooling_down)),
     );
+    type PoolMetric = (&'static str, &'static str, fn(&PoolStats) -> Option<u64>);
+    const POOL_METRICS: &[PoolMetric] = &[
+        (
+            "wasm_ipam_pool_addresses_capacity",
+            "Addresses the pool can hand out.",
+            |p| p.capacity,
+        ),
+        (
+            "wasm_ipam_pool_addresses_in_use",
+            "Addresses allocated from the pool.",
+            |p| Some(p.in_use),
+        ),
+        (
+            "wasm_ipam_pool_addresses_free",
+            "Addresses the pool can hand out now.",
+            |p| p.free,
+        ),
+        (
+            "wasm_ipam_pool_addresses_excluded",
+            "Addresses of the pool excluded from allocation.",
+            |p| Some(p.excluded),
+        ),
+        (
+            "wasm_ipam_pool_addresses_cooling_down",
+            "Released addresses of the pool not yet reusable.",
+            |p| Some(p.cooling_down),
+        ),
+    ];
+    for (name, help, value) in POOL_METRICS {
+        gauge(&mut out, name, help, &pool_rows(*value));
+    }
     for (name, help, value) in TIMINGS {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for bound in BUCKETS {
@@ -136,7 +182,12 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// A table for people.
-pub fn table(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
+/// `log` is the log file's path, if one was given (else there are no timings to show).
+pub fn table(
+    networks: &[NetworkStats],
+    timings: &[CallTiming],
+    log: Option<&std::path::Path>,
+) -> String {
     let mut out = String::new();
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     let _ = writeln!(
@@ -148,15 +199,36 @@ pub fn table(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
         let _ = writeln!(
             out,
             "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}",
-            n.network,
+            printable(&n.network),
             opt(n.capacity),
             n.in_use,
             opt(n.free),
             n.excluded,
             n.cooling_down
         );
+        // A network of one pool is its pool; several are shown each.
+        for p in n.pools.iter().filter(|_| n.pools.len() > 1) {
+            let _ = writeln!(
+                out,
+                "  {:<22} {:>10} {:>8} {:>8} {:>9} {:>8}",
+                printable(&p.pool),
+                opt(p.capacity),
+                p.in_use,
+                opt(p.free),
+                p.excluded,
+                p.cooling_down
+            );
+        }
     }
-    let _ = writeln!(out, "\n{} calls in the log", timings.len());
+    match log {
+        Some(_) => {
+            let _ = writeln!(out, "\n{} calls in the log", timings.len());
+        }
+        None => {
+            let _ = writeln!(out, "\nno log given (--log-file): no call timings");
+            return out;
+        }
+    }
     let _ = writeln!(
         out,
         "{:<30} {:>10} {:>10} {:>10}",
@@ -198,16 +270,31 @@ not json
 
     #[test]
     fn prometheus_histograms_are_cumulative() {
+        let pool = PoolStats {
+            network: "n\"1".into(),
+            pool: "10.0.0.0/28".into(),
+            capacity: Some(10),
+            in_use: 3,
+            free: Some(7),
+            ..PoolStats::default()
+        };
         let networks = [NetworkStats {
             network: "n\"1".into(),
             capacity: Some(10),
             in_use: 3,
             free: Some(7),
+            pools: vec![pool],
             ..NetworkStats::default()
         }];
         let text = prometheus(&networks, &call_timings(LOG));
         assert!(
             text.contains("wasm_ipam_addresses_capacity{network=\"n\\\"1\"} 10\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "wasm_ipam_pool_addresses_free{network=\"n\\\"1\",pool=\"10.0.0.0/28\"} 7\n"
+            ),
             "{text}"
         );
         assert!(text.contains("wasm_ipam_lock_wait_seconds_bucket{le=\"0.0025\"} 1\n"));

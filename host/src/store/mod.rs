@@ -75,6 +75,34 @@ impl Written {
     }
 }
 
+/// Which module serves a network, as the last call that committed to it ran it: what
+/// the operators' views (`list`, `stats`) need to ask that module through its
+/// `inspect` export without a netconf. Kept by the host in its own table, beside the
+/// module's entries, never among them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServedBy {
+    pub module: PathBuf,
+    pub sha256: String,
+    /// The contract the module targets, `cni:ipam@0.2.0` or `cni:ipam@0.1.0`.
+    pub contract: String,
+    /// The network's configuration JSON without what varies per call
+    /// ([`crate::config::NetConf::network_config`]), if the host had one.
+    pub config: Option<String>,
+}
+
+/// Every network's record, in network order; one the store cannot read is its error.
+pub type Records = Vec<(String, Result<ServedBy, String>)>;
+
+impl ServedBy {
+    fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("serialisable")
+    }
+
+    fn from_json(text: &str) -> Result<Self, String> {
+        serde_json::from_str(text).map_err(|e| format!("unreadable record: {e}"))
+    }
+}
+
 /// One store backend. Reads see the last commit; [`Store::commit`] applies one
 /// network's changes atomically and durably, or not at all.
 pub trait Store: Send {
@@ -119,6 +147,13 @@ pub trait Store: Send {
 
     /// `network`'s size as of the last commit, as the quota check reads it.
     fn usage(&self, network: &str) -> Result<Usage, CniError>;
+
+    /// Records which module serves `network`, written with (and only with) this
+    /// store's next commit to `network` that changes an entry.
+    fn record_served_by(&mut self, network: &str, served_by: &ServedBy);
+
+    /// Every network's record, in network order (an unreadable one as its error).
+    fn served_by(&self) -> Result<Records, CniError>;
 
     /// What is wrong with the store, if anything: its own consistency check (pages,
     /// indexes), then every network's recorded usage against its entries

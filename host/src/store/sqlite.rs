@@ -22,8 +22,8 @@
 //! since a store that lost its entries would hand out addresses still in use.
 
 use super::{
-    Changes, Quota, Store, Usage, WRITES_PER_CLOCK_CHECK, Written, check_quota, entry_bytes,
-    legacy, store_error, too_late,
+    Changes, Quota, ServedBy, Store, Usage, WRITES_PER_CLOCK_CHECK, Written, check_quota,
+    entry_bytes, legacy, store_error, too_late,
 };
 use crate::error::{CniError, code};
 use crate::files;
@@ -38,8 +38,9 @@ pub const DATABASE_FILE: &str = "store.sqlite";
 /// `PRAGMA application_id` of a wasm-ipam store ("WIPM"): tells our file from an
 /// emptied or foreign one.
 const APPLICATION_ID: i32 = 0x5749_504d;
-/// `PRAGMA user_version`: the schema below.
-const SCHEMA_VERSION: i32 = 1;
+/// `PRAGMA user_version`: the schema below. Version 1 (v0.1) lacked `served_by`; it
+/// is added when a version-1 store is opened.
+const SCHEMA_VERSION: i32 = 2;
 const SCHEMA: &str = "
     CREATE TABLE entries (
         network TEXT NOT NULL,
@@ -51,6 +52,17 @@ const SCHEMA: &str = "
         network TEXT NOT NULL PRIMARY KEY,
         entries INTEGER NOT NULL,
         bytes INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE served_by (
+        network TEXT NOT NULL PRIMARY KEY,
+        record TEXT NOT NULL
+    ) WITHOUT ROWID;
+";
+/// What turns a version-1 store into this schema.
+const FROM_VERSION_1: &str = "
+    CREATE TABLE served_by (
+        network TEXT NOT NULL PRIMARY KEY,
+        record TEXT NOT NULL
     ) WITHOUT ROWID;
 ";
 /// Log size after which a commit folds the log back into the database: a warm ADD
@@ -65,6 +77,8 @@ const CACHE_KIB: i64 = 2048;
 pub struct SqliteStore {
     conn: Connection,
     log: PathBuf,
+    /// What [`Store::record_served_by`] asked to write with the next commit.
+    served_by: Option<(String, String)>,
     /// `store.lock`'s flock, held from open to drop (declared after `conn`, so the
     /// connection closes first).
     _lock: File,
@@ -101,6 +115,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             conn,
             log: sidecar(&path, "-wal"),
+            served_by: None,
             _lock: lock,
         })
     }
@@ -251,7 +266,22 @@ fn check_identity(conn: &Connection, path: &Path) -> Result<(), CniError> {
             ),
         ));
     }
-    let version = pragma("user_version")?;
+    let mut version = pragma("user_version")?;
+    if version == 1 {
+        conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {FROM_VERSION_1} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+        ))
+        .map_err(|e| {
+            store_error(
+                &format!(
+                    "cannot upgrade {} to schema {SCHEMA_VERSION}",
+                    path.display()
+                ),
+                e,
+            )
+        })?;
+        version = pragma("user_version")?;
+    }
     if version != i64::from(SCHEMA_VERSION) {
         return Err(CniError::new(
             code::STORE_FAILURE,
@@ -475,6 +505,21 @@ impl Store for SqliteStore {
             }
         }
         check_quota(network, before, after, quota)?;
+        if let Some((of, record)) = self.served_by.as_ref().filter(|(of, _)| of == network) {
+            // Written only when it changed: the same bytes would still cost a page.
+            let stored: Option<String> = tx
+                .prepare_cached("SELECT record FROM served_by WHERE network = ?1")
+                .and_then(|mut s| s.query_row([of], |r| r.get(0)).optional())
+                .map_err(&fail)?;
+            if stored.as_ref() != Some(record) {
+                tx.prepare_cached(
+                    "INSERT INTO served_by (network, record) VALUES (?1, ?2)
+                     ON CONFLICT (network) DO UPDATE SET record = excluded.record",
+                )
+                .and_then(|mut s| s.execute([of, record]))
+                .map_err(&fail)?;
+            }
+        }
         tx.execute(
             "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
              ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
@@ -511,6 +556,26 @@ impl Store for SqliteStore {
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
         SqliteStore::usage_in(&self.conn, network)
+    }
+
+    fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
+        self.served_by = Some((network.to_string(), served_by.to_json()));
+    }
+
+    fn served_by(&self) -> Result<super::Records, CniError> {
+        let read = sqlite_error("read");
+        let mut statement = self
+            .conn
+            .prepare_cached("SELECT network, record FROM served_by ORDER BY network")
+            .map_err(&read)?;
+        let rows = statement
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&read)?;
+        rows.map(|row| {
+            let (network, record) = row.map_err(&read)?;
+            Ok((network, ServedBy::from_json(&record)))
+        })
+        .collect()
     }
 
     fn check(&self) -> Result<Vec<String>, CniError> {
@@ -617,6 +682,77 @@ mod tests {
             .err()
             .expect("refused");
         assert!(format!("{err:?}").contains("application_id"), "{err:?}");
+    }
+
+    fn served(module: &str) -> ServedBy {
+        ServedBy {
+            module: module.into(),
+            sha256: "ab".into(),
+            contract: "cni:ipam@0.2.0".into(),
+            config: Some("{}".into()),
+        }
+    }
+
+    #[test]
+    fn the_module_serving_a_network_is_recorded_with_its_next_changing_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let put = Changes::from([("k".to_string(), Some(b"v".to_vec()))]);
+        // A commit that changes nothing records nothing.
+        store.record_served_by("n", &served("/m1.wasm"));
+        store
+            .commit("n", &Changes::new(), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert!(store.served_by().unwrap().is_empty());
+        // Another network's commit does not carry it.
+        store
+            .commit("other", &put, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert!(store.served_by().unwrap().is_empty());
+        store
+            .commit("n", &put, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        store.record_served_by("n", &served("/m2.wasm"));
+        store
+            .commit("n", &put, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        drop(store);
+        let store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(
+            store.served_by().unwrap(),
+            [("n".to_string(), Ok(served("/m2.wasm")))]
+        );
+    }
+
+    #[test]
+    fn a_schema_1_store_is_upgraded_in_place_keeping_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let put = Changes::from([("ip/10.0.0.2".to_string(), Some(b"c1".to_vec()))]);
+        store
+            .commit("n", &put, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        // What v0.1 left: schema 1, no served_by table.
+        store
+            .conn
+            .execute_batch("DROP TABLE served_by; PRAGMA user_version = 1;")
+            .unwrap();
+        drop(store);
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(store.get("n", "ip/10.0.0.2").unwrap().unwrap(), b"c1");
+        assert!(store.served_by().unwrap().is_empty());
+        store.record_served_by("n", &served("/m.wasm"));
+        let put2 = Changes::from([("ip/10.0.0.3".to_string(), Some(b"c2".to_vec()))]);
+        store
+            .commit("n", &put2, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert_eq!(store.served_by().unwrap().len(), 1);
+        let version: i64 = store
+            .conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, i64::from(SCHEMA_VERSION));
+        assert!(store.check().unwrap().is_empty());
     }
 
     #[test]

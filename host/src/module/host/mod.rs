@@ -4,6 +4,7 @@
 mod deadline;
 mod log;
 mod store;
+mod v0_1;
 
 pub use log::GuestLog;
 pub use store::GuestStore;

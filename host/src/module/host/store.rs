@@ -25,6 +25,8 @@ pub struct GuestStore {
     /// `hostMemoryLimitMiB`, in bytes.
     host_memory: usize,
     deadline: Deadline,
+    /// Set for `inspect`: every write is refused.
+    read_only: bool,
 }
 
 fn staged_cost(key: &str, value: Option<&Vec<u8>>) -> usize {
@@ -45,7 +47,14 @@ impl GuestStore {
             staged_bytes: 0,
             host_memory,
             deadline,
+            read_only: false,
         }
+    }
+
+    /// A store that refuses every write (`read-only`), for calls that may only read.
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
     }
 
     /// The store and the staged writes, for the host to commit.
@@ -62,6 +71,12 @@ impl GuestStore {
     }
 
     fn stage(&mut self, key: String, value: Option<Vec<u8>>) -> Result<(), StoreError> {
+        if self.read_only {
+            return Err(StoreError::ReadOnly(format!(
+                "{} {key:?}: this call may only read (inspect never writes)",
+                if value.is_some() { "put" } else { "delete" }
+            )));
+        }
         if key.len() > MAX_KEY_BYTES {
             return Err(StoreError::TooLarge(format!(
                 "key of {} bytes exceeds {MAX_KEY_BYTES}",

@@ -7,8 +7,8 @@ use serde::Deserialize;
 use std::time::{Duration, Instant};
 use wasm_ipam_guest::store::{HostStore, Store};
 use wasm_ipam_guest::{
-    Attachment, Dns, Error, IpConfig, IpamModule, IpamResult, Request, Route, deadline,
-    export_module, log,
+    Allocation, Attachment, Context, Dns, Error, IpConfig, IpamModule, IpamResult, Request, Route,
+    deadline, export_module, log,
 };
 
 #[derive(Deserialize, Default)]
@@ -16,6 +16,12 @@ use wasm_ipam_guest::{
 struct Probe {
     /// Log the budget and what is left of it as the handler starts.
     report_budget: bool,
+    /// Log the request's node name.
+    report_node: bool,
+    /// What `inspect.allocations` does: `write` (try a store write and fail with the
+    /// refusal), `spin` (never return), `garbage` (answer what a terminal must not
+    /// print as is); otherwise list `ip/<address>` entries.
+    inspect: Option<String>,
     /// Store writes to stage before anything else, as `key=value`.
     write: Vec<String>,
     /// Stage this many entries `flood/<n>` of `floodValueBytes` bytes each; a refused
@@ -104,8 +110,11 @@ fn escapes() -> Vec<String> {
     escaped
 }
 
-fn run(request: &Request) -> Result<Probe, Error> {
+fn run(request: &Request, store: &mut impl Store) -> Result<Probe, Error> {
     let probe = request.ipam::<Ipam>()?.probe;
+    if probe.report_node {
+        log::info(&format!("node_name={}", request.node_name()));
+    }
     if probe.report_budget {
         log::info(&format!(
             "remaining_at_start_ns={} budget_ns={}",
@@ -113,7 +122,6 @@ fn run(request: &Request) -> Result<Probe, Error> {
             deadline::budget().as_nanos()
         ));
     }
-    let mut store = HostStore;
     for pair in &probe.write {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         store.put(key, value.as_bytes())?;
@@ -191,26 +199,28 @@ fn run(request: &Request) -> Result<Probe, Error> {
     }
 }
 
+/// CHECK and STATUS are read-only in the SDK's signatures, yet the probe's `write`
+/// and `flood` must reach the host on every command (the host stages and discards
+/// them like any other), so those two run on the host's store as the others do.
 impl IpamModule for ProbeModule {
-    fn add(request: &Request) -> Result<IpamResult, Error> {
-        let probe = run(request)?;
+    fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+        let probe = run(request, store)?;
         let ips = match probe.result_ips {
-            None => vec![IpConfig {
-                address: "10.99.0.2/24".into(),
-                gateway: Some("10.99.0.1".into()),
-            }],
+            None => vec![IpConfig::new("10.99.0.2/24").gateway("10.99.0.1")],
             Some(n) => (0..n)
-                .map(|i| IpConfig {
-                    address: format!("10.{}.{}.{}/8", (i >> 16) & 255, (i >> 8) & 255, i & 255),
-                    gateway: Some("10.99.0.1".into()),
+                .map(|i| {
+                    IpConfig::new(format!(
+                        "10.{}.{}.{}/8",
+                        (i >> 16) & 255,
+                        (i >> 8) & 255,
+                        i & 255
+                    ))
+                    .gateway("10.99.0.1")
                 })
                 .collect(),
         };
         let routes = (0..probe.result_routes)
-            .map(|i| Route {
-                dst: format!("192.168.{}.0/24", i & 255),
-                gw: None,
-            })
+            .map(|i| Route::new(format!("192.168.{}.0/24", i & 255)))
             .collect();
         Ok(IpamResult {
             ips,
@@ -223,17 +233,40 @@ impl IpamModule for ProbeModule {
             },
         })
     }
-    fn del(request: &Request) -> Result<(), Error> {
-        run(request).map(drop)
+    fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
+        run(request, store).map(drop)
     }
-    fn check(request: &Request) -> Result<(), Error> {
-        run(request).map(drop)
+    fn check(request: &Request, _: &impl Store) -> Result<(), Error> {
+        run(request, &mut HostStore).map(drop)
     }
-    fn gc(request: &Request, _valid: &[Attachment]) -> Result<(), Error> {
-        run(request).map(drop)
+    fn gc(request: &Request, _valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
+        run(request, store).map(drop)
     }
-    fn status(request: &Request) -> Result<(), Error> {
-        run(request).map(drop)
+    fn status(request: &Request, _: &impl Store) -> Result<(), Error> {
+        run(request, &mut HostStore).map(drop)
+    }
+    fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+        let probe = context.ipam::<Ipam>()?.map(|i| i.probe).unwrap_or_default();
+        match probe.inspect.as_deref() {
+            Some("write") => {
+                HostStore.put("ip/10.99.0.9", b"inspect")?;
+                Ok(Vec::new())
+            }
+            Some("spin") => loop {
+                std::hint::black_box(deadline::remaining());
+            },
+            Some("garbage") => Ok(vec![
+                Allocation::new("not-an-ip", "c1", "eth0"),
+                Allocation::new("10.99.0.3", "evil\u{1b}[2J", "eth0").since(u64::MAX),
+            ]),
+            _ => Ok(store
+                .list("ip/")
+                .into_iter()
+                .map(|(key, owner)| {
+                    Allocation::new(&key["ip/".len()..], String::from_utf8_lossy(&owner), "")
+                })
+                .collect()),
+        }
     }
 }
 

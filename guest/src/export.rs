@@ -1,0 +1,109 @@
+//! [`export_module!`](crate::export_module): a type implementing
+//! [`IpamModule`] becomes this component's `handler`, `inspect` and
+//! `migrate` exports, each call wrapped into the SDK's types and given the host's
+//! store.
+
+use crate::bindings::cni::ipam::types::Request as RawRequest;
+use crate::bindings::exports::cni::ipam::inspect::Context as RawContext;
+use crate::store::HostStore;
+use crate::{
+    Allocation, Attachment, Context, Error, ImportReport, ImportRequest, IpamModule, IpamResult,
+    Pool, Request, StateFile,
+};
+
+pub fn add<M: IpamModule>(raw: RawRequest) -> Result<IpamResult, Error> {
+    M::add(&Request::new(raw)?, &mut HostStore)
+}
+pub fn del<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
+    M::del(&Request::new(raw)?, &mut HostStore)
+}
+pub fn check<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
+    M::check(&Request::new(raw)?, &HostStore)
+}
+pub fn gc<M: IpamModule>(raw: RawRequest, valid: Vec<Attachment>) -> Result<(), Error> {
+    M::gc(&Request::new(raw)?, &valid, &mut HostStore)
+}
+pub fn status<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
+    M::status(&Request::new(raw)?, &HostStore)
+}
+pub fn allocations<M: IpamModule>(raw: RawContext) -> Result<Vec<Allocation>, Error> {
+    M::allocations(&Context::new(raw)?, &HostStore)
+}
+pub fn pools<M: IpamModule>(raw: RawContext) -> Result<Vec<Pool>, Error> {
+    M::pools(&Context::new(raw)?, &HostStore)
+}
+pub fn import_state<M: IpamModule>(
+    format: String,
+    network_name: String,
+    config: Option<String>,
+    files: Vec<StateFile>,
+) -> Result<ImportReport, Error> {
+    let import = ImportRequest::new(format, network_name, config, files)?;
+    M::import_state(&import, &mut HostStore)
+}
+
+/// Natively the exports are left out; this keeps the check that the type is a module.
+pub const fn is_module<M: IpamModule>() {}
+
+/// Exports a type implementing [`IpamModule`] as this component's
+/// `handler`, `inspect` and `migrate`.
+///
+/// Only a wasm32 build exports anything. Natively (`cargo test` of a module) the
+/// macro only checks that the type implements `IpamModule`, so a module invokes it
+/// unconditionally and still unit-tests natively.
+#[macro_export]
+macro_rules! export_module {
+    ($module:ty) => {
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            use $crate::bindings::cni::ipam::types as __types;
+            use $crate::bindings::exports::cni::ipam::{
+                handler as __handler, inspect as __inspect, migrate as __migrate,
+            };
+            struct __WasmIpamExport;
+            impl __handler::Guest for __WasmIpamExport {
+                fn add(r: __types::Request) -> Result<__types::IpamResult, __types::Error> {
+                    $crate::__export::add::<$module>(r)
+                }
+                fn del(r: __types::Request) -> Result<(), __types::Error> {
+                    $crate::__export::del::<$module>(r)
+                }
+                fn check(r: __types::Request) -> Result<(), __types::Error> {
+                    $crate::__export::check::<$module>(r)
+                }
+                fn gc(
+                    r: __types::Request,
+                    valid: Vec<__types::Attachment>,
+                ) -> Result<(), __types::Error> {
+                    $crate::__export::gc::<$module>(r, valid)
+                }
+                fn status(r: __types::Request) -> Result<(), __types::Error> {
+                    $crate::__export::status::<$module>(r)
+                }
+            }
+            impl __inspect::Guest for __WasmIpamExport {
+                fn allocations(
+                    c: __inspect::Context,
+                ) -> Result<Vec<__inspect::Allocation>, __types::Error> {
+                    $crate::__export::allocations::<$module>(c)
+                }
+                fn pools(c: __inspect::Context) -> Result<Vec<__inspect::Pool>, __types::Error> {
+                    $crate::__export::pools::<$module>(c)
+                }
+            }
+            impl __migrate::Guest for __WasmIpamExport {
+                fn import_state(
+                    format: String,
+                    network_name: String,
+                    config: Option<String>,
+                    files: Vec<__migrate::StateFile>,
+                ) -> Result<__migrate::ImportReport, __types::Error> {
+                    $crate::__export::import_state::<$module>(format, network_name, config, files)
+                }
+            }
+    $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: () = $crate::__export::is_module::<$module>();
+    };
+}

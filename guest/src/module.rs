@@ -1,0 +1,366 @@
+//! [`IpamModule`], what a module implements: ADD and DEL, and whatever else it can do
+//! better than the defaults, which are built from what it does implement.
+
+use crate::error::code;
+use crate::store::Store;
+use crate::{
+    Allocation, Attachment, Command, Context, Error, ImportReport, ImportRequest, IpamResult, Pool,
+    Request,
+};
+
+/// What a module implements: one function per CNI command and per operator request,
+/// each over the network's store. The SDK passes the host's store in a host; a test
+/// passes a [`MemoryStore`](crate::store::MemoryStore).
+///
+/// Only [`add`](Self::add) and [`del`](Self::del) are required. The defaults use what
+/// the module does implement, and say so when that is not enough:
+///
+/// | function | default |
+/// |---|---|
+/// | `check` | the attachment holds an address, by `allocations` |
+/// | `gc` | a DEL for every attachment `allocations` lists and no valid attachment is |
+/// | `status` | available, unless `pools` reports pools and none has an address free |
+/// | `allocations` | error (code 121): the module does not report allocations |
+/// | `pools` | one pool named after the network, its in-use count from `allocations`, capacity unknown |
+/// | `import_state` | error (code 121): the module cannot import the format |
+///
+/// So a module that implements `allocations` gets a working CHECK, GC, `wasm-ipam
+/// list` and `stats`; one that implements neither fails CHECK and GC, saying why,
+/// rather than claiming success for work it cannot do.
+///
+/// Each function returns a CNI [`Error`] on failure; the host prints it and discards
+/// the call's store writes.
+pub trait IpamModule {
+    /// Allocates addresses for `request.container_id()` / `request.ifname()`.
+    fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error>;
+
+    /// Releases what ADD allocated; succeeds when nothing is allocated (a DEL may come
+    /// twice, or for an ADD that failed).
+    fn del(request: &Request, store: &mut impl Store) -> Result<(), Error>;
+
+    /// Verifies the attachment still holds what ADD allocated. By default: some
+    /// allocation listed by [`allocations`](Self::allocations) is the attachment's (one
+    /// with an empty `ifname` is the container's), else code 3.
+    fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
+        let held = Self::allocations(&Context::from(request), store)
+            .map_err(|e| prefixed("cannot check the attachment", e))?;
+        let attachment = request.attachment();
+        if held.iter().any(|a| holds(a, &attachment)) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                code::UNKNOWN_CONTAINER,
+                format!(
+                    "no address is allocated to container {} interface {}",
+                    request.container_id(),
+                    request.ifname()
+                ),
+            ))
+        }
+    }
+
+    /// Releases everything no attachment of `valid_attachments` holds (CNI GC). By
+    /// default: a DEL, as [`del`](Self::del) does it, for each attachment
+    /// [`allocations`](Self::allocations) lists that no valid attachment is (one with
+    /// an empty `ifname` stays while its container has a valid attachment, and is
+    /// released by a DEL with an empty `ifname`). Every DEL is tried and the failures
+    /// are reported together (the host then commits none of the call's writes).
+    fn gc(
+        request: &Request,
+        valid_attachments: &[Attachment],
+        store: &mut impl Store,
+    ) -> Result<(), Error> {
+        let held = Self::allocations(&Context::from(request), &*store)
+            .map_err(|e| prefixed("cannot collect garbage", e))?;
+        let mut stale: Vec<Attachment> = Vec::new();
+        for allocation in &held {
+            let attachment = Attachment {
+                container_id: allocation.container_id.clone(),
+                ifname: allocation.ifname.clone(),
+            };
+            let valid = valid_attachments.iter().any(|v| holds(allocation, v));
+            if !valid && !stale.contains(&attachment) {
+                stale.push(attachment);
+            }
+        }
+        let mut failures = Vec::new();
+        for attachment in &stale {
+            if let Err(e) = Self::del(&request.for_attachment(Command::Del, attachment), store) {
+                failures.push((attachment, e));
+            }
+        }
+        match failures.first() {
+            None => Ok(()),
+            Some((_, first)) => Err(Error::new(
+                first.code,
+                format!("GC could not release {} attachment(s)", failures.len()),
+            )
+            .with_details(
+                failures
+                    .iter()
+                    .map(|(a, e)| format!("{} {}: {}", a.container_id, a.ifname, e.msg))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )),
+        }
+    }
+
+    /// Reports whether the module can serve ADDs (CNI STATUS). By default: available,
+    /// unless [`pools`](Self::pools) answers with pools of which none has an address
+    /// free (code 50). A `pools` that fails or does not know what is free says
+    /// nothing either way. A module whose every ADD needs one address from each of
+    /// several pools (dual stack) should override this: one empty pool fails its ADDs.
+    fn status(request: &Request, store: &impl Store) -> Result<(), Error> {
+        match Self::pools(&Context::from(request), store) {
+            Ok(pools) if !pools.is_empty() && pools.iter().all(|p| p.free == Some(0)) => {
+                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+                Err(Error::new(
+                    code::PLUGIN_NOT_AVAILABLE,
+                    format!("no address is free in {}", names.join(", ")),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every address handed out, for `wasm-ipam list`. By default an error: a module
+    /// cannot be listed without telling how it stores its allocations.
+    fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+        let _ = (context, store);
+        Err(Error::unsupported(
+            "this module does not report allocations",
+        ))
+    }
+
+    /// The pools and their use, for `wasm-ipam stats`. By default one pool named after
+    /// the network with [`allocations`](Self::allocations)' count in use, capacity and
+    /// free unknown: what can be said without knowing the module's pools.
+    fn pools(context: &Context, store: &impl Store) -> Result<Vec<Pool>, Error> {
+        let held = Self::allocations(context, store)?;
+        let in_use = u64::try_from(held.len()).unwrap_or(u64::MAX);
+        Ok(vec![Pool::new(context.network_name()).in_use(in_use)])
+    }
+
+    /// Takes over another plugin's state (`wasm-ipam import-host-local` sends format
+    /// `host-local`), writing it into the module's own store keys. State that
+    /// conflicts with the store's is an error, and then nothing is written. By
+    /// default an error: the module imports no format.
+    fn import_state(import: &ImportRequest, store: &mut impl Store) -> Result<ImportReport, Error> {
+        let _ = store;
+        Err(Error::unsupported(format!(
+            "this module cannot import format {:?}",
+            import.format()
+        )))
+    }
+}
+
+/// Whether `allocation` is the attachment's; one with an empty `ifname` (the module
+/// does not know it) is its container's.
+fn holds(allocation: &Allocation, attachment: &Attachment) -> bool {
+    allocation.container_id == attachment.container_id
+        && (allocation.ifname.is_empty() || allocation.ifname == attachment.ifname)
+}
+
+fn prefixed(what: &str, mut e: Error) -> Error {
+    e.msg = format!("{what}: {}", e.msg);
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+    use serde_json::json;
+
+    /// Hands out `10.0.0.<n>` from a store of `a/<n>` → `id\r\nifname`, n in 2..=3; a
+    /// value of the id alone is a legacy allocation, which a DEL for the id releases.
+    struct Two;
+
+    impl IpamModule for Two {
+        fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+            let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
+            let n = (2..=3)
+                .find(|n| store.get(&format!("a/{n}")).is_none())
+                .ok_or_else(|| Error::new(code::MODULE_SPECIFIC, "full"))?;
+            store.put(&format!("a/{n}"), owner.as_bytes())?;
+            Ok(IpamResult::default().ip(crate::IpConfig::new(format!("10.0.0.{n}/30"))))
+        }
+        fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
+            if request.container_id() == "undeletable" {
+                return Err(Error::new(150, "refused"));
+            }
+            let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
+            for (key, value) in store.list("a/") {
+                if value == owner.as_bytes() || value == request.container_id().as_bytes() {
+                    store.delete(&key)?;
+                }
+            }
+            Ok(())
+        }
+        fn allocations(_: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+            Ok(store
+                .list("a/")
+                .into_iter()
+                .map(|(key, value)| {
+                    let owner = String::from_utf8_lossy(&value).into_owned();
+                    let (id, ifname) = owner.split_once("\r\n").unwrap_or((&owner, ""));
+                    Allocation::new(format!("10.0.0.{}", &key[2..]), id, ifname)
+                })
+                .collect())
+        }
+    }
+
+    /// Implements only what is required.
+    struct Bare;
+
+    impl IpamModule for Bare {
+        fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
+            Ok(IpamResult::default())
+        }
+        fn del(_: &Request, _: &mut impl Store) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    fn request(command: Command, id: &str, ifname: &str) -> Request {
+        Request::for_test(command, id, ifname, json!({"name": "net"}))
+    }
+
+    fn attachment(id: &str, ifname: &str) -> Attachment {
+        Attachment {
+            container_id: id.into(),
+            ifname: ifname.into(),
+        }
+    }
+
+    #[test]
+    fn default_check_finds_the_attachment_in_allocations() {
+        let mut store = MemoryStore::default();
+        Two::add(&request(Command::Add, "c1", "eth0"), &mut store).unwrap();
+        Two::check(&request(Command::Check, "c1", "eth0"), &store).unwrap();
+        let err = Two::check(&request(Command::Check, "c1", "eth1"), &store).unwrap_err();
+        assert_eq!(err.code, code::UNKNOWN_CONTAINER);
+        assert_eq!(
+            err.msg,
+            "no address is allocated to container c1 interface eth1"
+        );
+        // An allocation whose interface the module does not know is its container's.
+        store.put("a/3", b"legacy").unwrap();
+        Two::check(&request(Command::Check, "legacy", "eth7"), &store).unwrap();
+    }
+
+    #[test]
+    fn default_gc_deletes_each_stale_attachment_once() {
+        let mut store: MemoryStore = [
+            ("a/2", "keep\r\neth0"),
+            ("a/3", "gone\r\neth0"),
+            ("a/4", "gone\r\neth0"),
+            ("a/5", "legacy"),
+            ("a/6", "stale-legacy"),
+        ]
+        .into_iter()
+        .collect();
+        let gc = request(Command::Gc, "", "");
+        let valid = [attachment("keep", "eth0"), attachment("legacy", "net1")];
+        Two::gc(&gc, &valid, &mut store).unwrap();
+        let left: Vec<&str> = store.entries.keys().map(String::as_str).collect();
+        assert_eq!(left, ["a/2", "a/5"]);
+    }
+
+    #[test]
+    fn default_gc_tries_every_release_and_reports_all_failures() {
+        let mut store: MemoryStore = [
+            ("a/2", "undeletable\r\neth0"),
+            ("a/3", "gone\r\neth0"),
+            ("a/4", "undeletable\r\neth1"),
+        ]
+        .into_iter()
+        .collect();
+        let err = Two::gc(&request(Command::Gc, "", ""), &[], &mut store).unwrap_err();
+        assert_eq!(
+            (err.code, err.msg.as_str()),
+            (150, "GC could not release 2 attachment(s)")
+        );
+        assert_eq!(
+            err.details,
+            "undeletable eth0: refused; undeletable eth1: refused"
+        );
+        assert!(store.get("a/3").is_none(), "the other DEL still ran");
+    }
+
+    #[test]
+    fn default_pools_count_allocations_and_status_follows_them() {
+        let mut store = MemoryStore::default();
+        let status = request(Command::Status, "", "");
+        Two::status(&status, &store).unwrap();
+        Two::add(&request(Command::Add, "c1", "eth0"), &mut store).unwrap();
+        let pools = Two::pools(&Context::for_test("net", None), &store).unwrap();
+        assert_eq!(pools, [Pool::new("net").in_use(1)]);
+        // Capacity unknown: STATUS cannot tell the pool is full.
+        Two::add(&request(Command::Add, "c2", "eth0"), &mut store).unwrap();
+        Two::status(&status, &store).unwrap();
+    }
+
+    #[test]
+    fn default_status_is_unavailable_only_when_no_pool_has_room() {
+        struct Full;
+        impl IpamModule for Full {
+            fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
+                Ok(IpamResult::default())
+            }
+            fn del(_: &Request, _: &mut impl Store) -> Result<(), Error> {
+                Ok(())
+            }
+            fn pools(context: &Context, _: &impl Store) -> Result<Vec<Pool>, Error> {
+                let room = context.config().is_some_and(|c| c["room"] == true);
+                Ok(vec![
+                    Pool::new("a").capacity(1).in_use(1).free_from_capacity(),
+                    Pool::new("b").free(u64::from(room)),
+                ])
+            }
+        }
+        let err =
+            Full::status(&request(Command::Status, "", ""), &MemoryStore::default()).unwrap_err();
+        assert_eq!(
+            (err.code, err.msg.as_str()),
+            (code::PLUGIN_NOT_AVAILABLE, "no address is free in a, b")
+        );
+        let roomy = Request::for_test(Command::Status, "", "", json!({"room": true}));
+        Full::status(&roomy, &MemoryStore::default()).unwrap();
+    }
+
+    #[test]
+    fn a_bare_module_says_what_it_cannot_do() {
+        let mut store = MemoryStore::default();
+        let context = Context::for_test("net", None);
+        let err = Bare::allocations(&context, &store).unwrap_err();
+        assert_eq!(
+            err,
+            Error::new(
+                code::NOT_IMPLEMENTED,
+                "this module does not report allocations"
+            )
+        );
+        assert_eq!(Bare::pools(&context, &store).unwrap_err(), err);
+        let err = Bare::check(&request(Command::Check, "c1", "eth0"), &store).unwrap_err();
+        assert_eq!(
+            err.msg,
+            "cannot check the attachment: this module does not report allocations"
+        );
+        let err = Bare::gc(&request(Command::Gc, "", ""), &[], &mut store).unwrap_err();
+        assert_eq!(
+            err.msg,
+            "cannot collect garbage: this module does not report allocations"
+        );
+        Bare::status(&request(Command::Status, "", ""), &store).unwrap();
+        let import = ImportRequest::for_test("calico", "net", None, Vec::new());
+        let err = Bare::import_state(&import, &mut store).unwrap_err();
+        assert_eq!(
+            (err.code, err.msg.as_str()),
+            (
+                code::NOT_IMPLEMENTED,
+                r#"this module cannot import format "calico""#
+            )
+        );
+    }
+}
