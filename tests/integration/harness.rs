@@ -292,7 +292,15 @@ impl<'a> Call<'a> {
     }
 
     /// Starts `cmd` with the environment a runtime sets, writing `stdin`.
-    pub fn spawn_command(&self, mut cmd: Command, stdin: &[u8]) -> std::process::Child {
+    pub fn spawn_command(&self, cmd: Command, stdin: &[u8]) -> std::process::Child {
+        let mut child = self.start_command(cmd);
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        child
+    }
+
+    /// Starts `cmd` with the environment a runtime sets; its stdin is left open for
+    /// the caller to write (and close) when it chooses.
+    pub fn start_command(&self, mut cmd: Command) -> std::process::Child {
         cmd.env_clear()
             .env("CNI_COMMAND", self.command)
             .env("CNI_CONTAINERID", self.container_id)
@@ -309,9 +317,7 @@ impl<'a> Call<'a> {
                 cmd.env(k, v);
             }
         }
-        let mut child = cmd.spawn().expect("start wasm-ipam");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child
+        cmd.spawn().expect("start wasm-ipam")
     }
 
     pub fn spawn(&self, conf: &Value) -> std::process::Child {

@@ -2,6 +2,7 @@
 //! does (CNI_* environment variables, netconf on stdin) and check its stdout, exit
 //! code, store and log.
 
+mod abandoned;
 mod bad_input;
 mod cache;
 mod contract;

@@ -245,3 +245,84 @@ fn list_into_a_closed_pipe_stops_quietly() {
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// A network whose conflist is gone would stay in `stats` for good: `forget` removes
+/// it, but not while its module reports allocations (or cannot be asked), unless forced.
+#[test]
+fn forget_removes_a_network_only_once_it_holds_nothing() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "10.42.0.0/24"}),
+    );
+    let mut other = conf.clone();
+    other["name"] = "kept".into();
+    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&other).ok();
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let lock = node.lock_file().to_string_lossy().into_owned();
+    let forget = |extra: &[&str]| {
+        let mut args = vec![
+            "forget",
+            "testnet",
+            "--data-dir",
+            &data_dir,
+            "--lock-file",
+            &lock,
+        ];
+        args.extend(extra);
+        operator_output(args)
+    };
+    let (ok, _, stderr) = forget(&[]);
+    assert!(
+        !ok && stderr.contains("still holds 1 allocation"),
+        "{stderr}"
+    );
+    Call::new("DEL", "c1").run(&conf).ok();
+    let (ok, out, stderr) = forget(&[]);
+    assert!(ok, "{stderr}");
+    assert!(out.contains("forgot network testnet"), "{out}");
+    let stats = operator(&node, &["stats", "--data-dir", &data_dir]);
+    assert!(
+        !stats.contains("testnet") && stats.contains("kept"),
+        "{stats}"
+    );
+    assert!(stats.contains("no log given"), "{stats}");
+    let (ok, _, stderr) = forget(&[]);
+    assert!(!ok && stderr.contains("holds nothing"), "{stderr}");
+
+    // A module that can no longer be asked: refused, unless forced.
+    Call::new("ADD", "c2").run(&conf).ok();
+    let mut gone = conf.clone();
+    gone["ipam"]["module"] = node
+        .dir
+        .path()
+        .join("removed.wasm")
+        .to_string_lossy()
+        .into();
+    std::fs::copy(host_local_module(), node.dir.path().join("removed.wasm")).unwrap();
+    Call::new("ADD", "c3").run(&gone).ok();
+    std::fs::remove_file(node.dir.path().join("removed.wasm")).unwrap();
+    let (ok, _, stderr) = forget(&[]);
+    assert!(!ok && stderr.contains("cannot tell whether"), "{stderr}");
+    let (ok, out, stderr) = forget(&["--force"]);
+    assert!(ok, "{stderr}");
+    assert!(out.contains("forgot network testnet"), "{out}");
+    assert!(node.store_entries("testnet").is_empty());
+    assert!(!node.store_entries("kept").is_empty());
+}
+
+#[test]
+fn list_json_ends_with_a_newline() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "10.43.0.0/24"}),
+    );
+    Call::new("ADD", "c1").run(&conf).ok();
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let out = operator(&node, &["list", "--json", "--data-dir", &data_dir]);
+    assert!(out.ends_with("]\n"), "{out:?}");
+}

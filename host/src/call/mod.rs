@@ -3,6 +3,7 @@
 //! the checks on what a module returns.
 
 pub(crate) mod answer;
+pub mod caller;
 pub mod deadline;
 
 use crate::cni::{self, Command, Invocation, IpamResult};
@@ -61,6 +62,9 @@ struct Report {
     from_cache: bool,
     /// Guest log messages dropped past the call's log budget.
     log_dropped: u64,
+    /// Where the call found its caller gone: `queue` (it gave up its place) or `grant`
+    /// (granted after, it ran nothing).
+    abandoned: Option<&'static str>,
 }
 
 struct Timings {
@@ -145,10 +149,15 @@ fn locked_call(
     };
     report.from_cache = module.module.from_cache;
     let load = loading.elapsed();
-    let lock = match lock::acquire(&conf.ipam.lock_file, conf.ipam.lock_timeout) {
-        Ok(lock) => lock,
-        Err(e) => return (Err(e), report),
-    };
+    let lock =
+        match lock::acquire_unless(&conf.ipam.lock_file, conf.ipam.lock_timeout, &caller::gone) {
+            Ok(Some(lock)) if !caller::gone() => lock,
+            Ok(granted) => {
+                report.abandoned = Some(if granted.is_some() { "grant" } else { "queue" });
+                return (Err(abandoned()), report);
+            }
+            Err(e) => return (Err(e), report),
+        };
     let deadline = Deadline::from_grant(&lock, conf.ipam.deadline);
     let request = guest_request(invocation, conf, module_config, deadline);
     let (result, guest) = run_guest(&module, request, conf, deadline, call);
@@ -170,6 +179,18 @@ fn locked_call(
         sync: deadline.elapsed() - lock_hold,
     });
     (result, report)
+}
+
+/// The answer of a call whose caller has gone: nobody reads it, but the log and a
+/// runtime that did would both see why nothing was done.
+fn abandoned() -> CniError {
+    CniError::new(
+        crate::error::code::TRY_AGAIN_LATER,
+        format!(
+            "the caller (pid {}) is gone: the call gave up before running the module; nothing was changed",
+            caller::parent().unwrap_or_default()
+        ),
+    )
 }
 
 /// Before the lock: read, verify and compile (or fetch from the cache) the module.
@@ -326,6 +347,7 @@ fn log_invocation(
         .unwrap_or_default();
     let (outcome, error_code, error) = match result {
         Ok(_) => ("ok", 0, String::new()),
+        Err(e) if report.abandoned.is_some() => ("abandoned", e.code, e.to_string()),
         Err(e) => ("error", e.code, e.to_string()),
     };
     tracing::info!(
@@ -345,6 +367,7 @@ fn log_invocation(
         budget_ms = ms(conf.ipam.deadline),
         total_ms = ms(started.elapsed()),
         module_cached = report.from_cache,
+        abandoned_at = report.abandoned.unwrap_or_default(),
         guest_log_dropped = report.log_dropped,
         outcome,
         error_code,

@@ -70,14 +70,30 @@ pub fn queue_dir(lock_file: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// How often a waiting call looks whether its caller is still there.
+const CALLER_POLL: Duration = Duration::from_millis(100);
+
 /// Takes the lock at `path`, waiting at most `timeout` when given. A timeout is "try
 /// again later" (code 11): nothing has been done yet, so nothing changed.
+pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniError> {
+    match acquire_unless(path, timeout, &|| false)? {
+        Some(guard) => Ok(guard),
+        None => unreachable!("a wait nobody abandons ends granted or failed"),
+    }
+}
+
+/// [`acquire`], giving up the wait (`Ok(None)`) as soon as `abandoned()` turns true,
+/// which a waiting call looks at every [`CALLER_POLL`].
 ///
 /// Uncontended, every step is tried without blocking (take a ticket, find no
 /// earlier call still queued, take the flock) and no thread is started. Only a call
 /// that must wait goes on, from where it stopped, with blocking waits: on another
 /// thread when there is a timeout, since flock(2) has none.
-pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniError> {
+pub fn acquire_unless(
+    path: &Path,
+    timeout: Option<Duration>,
+    abandoned: &dyn Fn() -> bool,
+) -> Result<Option<LockGuard>, CniError> {
     let started = Instant::now();
     let file = open(path)?;
     let dir = queue_dir(path);
@@ -101,44 +117,64 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
                 file.lock()?;
                 Ok((ticket, file))
             };
-            match timeout {
-                None => wait().map_err(failed)?,
-                Some(timeout) => wait_at_most(path, timeout, wait)?,
+            match wait_at_most(path, timeout, abandoned, wait)? {
+                Some(granted) => granted,
+                None => return Ok(None),
             }
         }
     };
     let granted = Instant::now();
-    Ok(LockGuard {
+    Ok(Some(LockGuard {
         _file: file,
         _ticket: ticket,
         granted,
         granted_wall: SystemTime::now(),
         waited: granted - started,
-    })
+    }))
 }
 
-/// Runs the blocking `wait` on another thread and stops listening at `timeout`. If
-/// the grant comes later, the thread's send fails and dropping its ticket and file
-/// releases both at once.
+/// Runs the blocking `wait` on another thread (flock(2) has no timeout) and stops
+/// listening at `timeout`, or as soon as `abandoned()` (`Ok(None)`). If the grant
+/// comes later, the thread's send fails and dropping its ticket and file releases
+/// both at once; if the process exits first, so does the kernel.
 fn wait_at_most(
     path: &Path,
-    timeout: Duration,
+    timeout: Option<Duration>,
+    abandoned: &dyn Fn() -> bool,
     wait: impl FnOnce() -> std::io::Result<(Ticket, File)> + Send + 'static,
-) -> Result<(Ticket, File), CniError> {
+) -> Result<Option<(Ticket, File)>, CniError> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(wait());
     });
-    match rx.recv_timeout(timeout) {
-        Ok(result) => result.map_err(|e| lock_failed(path, e)),
-        Err(_) => Err(CniError::new(
-            code::TRY_AGAIN_LATER,
-            format!(
-                "the host-wide IPAM lock {} was not granted within {:?}; nothing was changed",
-                path.display(),
-                timeout
-            ),
-        )),
+    let until = timeout.map(|t| Instant::now() + t);
+    loop {
+        let left = until.map_or(CALLER_POLL, |u| u.saturating_duration_since(Instant::now()));
+        match rx.recv_timeout(left.min(CALLER_POLL)) {
+            Ok(result) => return result.map(Some).map_err(|e| lock_failed(path, e)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(lock_failed(
+                    path,
+                    std::io::Error::other("the waiting thread died"),
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if abandoned() {
+            return Ok(None);
+        }
+        if let (Some(timeout), Some(until)) = (timeout, until)
+            && Instant::now() >= until
+        {
+            return Err(CniError::new(
+                code::TRY_AGAIN_LATER,
+                format!(
+                    "the host-wide IPAM lock {} was not granted within {:?}; nothing was changed",
+                    path.display(),
+                    timeout
+                ),
+            ));
+        }
     }
 }
 

@@ -115,6 +115,18 @@ enum Operation {
         #[arg(long)]
         prometheus: bool,
     },
+    /// Remove a network whose configuration is gone: its store entries and its record.
+    /// Refused while its module reports allocations, or cannot be asked, unless
+    /// --force.
+    Forget {
+        /// The network's name.
+        network: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Forget it even if it may hold addresses still in use.
+        #[arg(long)]
+        force: bool,
+    },
     /// Describe a module: digest, size, the contract it targets, its imports (each
     /// provided or not) and exports, whether the host accepts it and why not, its
     /// compile time and whether the cache holds it.
@@ -342,6 +354,11 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 failed,
             })
         }
+        Operation::Forget {
+            network,
+            store,
+            force,
+        } => Ok(crate::operator::forget::forget(&store.place()?, &network, force)?.into()),
         Operation::Inspect {
             module,
             cache_dir,

@@ -155,6 +155,10 @@ pub trait Store: Send {
     /// Every network's record, in network order (an unreadable one as its error).
     fn served_by(&self) -> Result<Records, CniError>;
 
+    /// Removes `network` whole, in one durable transaction: its entries, its usage
+    /// and its record. Returns how many entries it held.
+    fn forget(&mut self, network: &str) -> Result<u64, CniError>;
+
     /// What is wrong with the store, if anything: its own consistency check (pages,
     /// indexes), then every network's recorded usage against its entries
     /// ([`usage_problems`]).

@@ -558,6 +558,26 @@ impl Store for SqliteStore {
         SqliteStore::usage_in(&self.conn, network)
     }
 
+    fn forget(&mut self, network: &str) -> Result<u64, CniError> {
+        let fail = sqlite_error("forget");
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&fail)?;
+        let removed = tx
+            .execute("DELETE FROM entries WHERE network = ?1", [network])
+            .map_err(&fail)?;
+        tx.execute("DELETE FROM usage WHERE network = ?1", [network])
+            .map_err(&fail)?;
+        tx.execute("DELETE FROM served_by WHERE network = ?1", [network])
+            .map_err(&fail)?;
+        tx.commit().map_err(&fail)?;
+        File::open(&self.log)
+            .and_then(|log| log.sync_data())
+            .map_err(|e| store_error("cannot make the removal durable", e))?;
+        Ok(removed as u64)
+    }
+
     fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
         self.served_by = Some((network.to_string(), served_by.to_json()));
     }
@@ -722,6 +742,30 @@ mod tests {
             store.served_by().unwrap(),
             [("n".to_string(), Ok(served("/m2.wasm")))]
         );
+    }
+
+    #[test]
+    fn a_forgotten_network_is_gone_whole_and_the_others_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let two = Changes::from([
+            ("a".to_string(), Some(b"1".to_vec())),
+            ("b".to_string(), Some(b"2".to_vec())),
+        ]);
+        store.record_served_by("gone", &served("/m.wasm"));
+        store
+            .commit("gone", &two, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        store
+            .commit("kept", &two, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert_eq!(store.forget("gone").unwrap(), 2);
+        assert!(store.list("gone", "").unwrap().is_empty());
+        assert_eq!(store.usage("gone").unwrap(), Usage::default());
+        assert!(store.served_by().unwrap().is_empty());
+        assert_eq!(store.list("kept", "").unwrap().len(), 2);
+        assert!(store.check().unwrap().is_empty());
+        assert_eq!(store.forget("gone").unwrap(), 0);
     }
 
     #[test]
