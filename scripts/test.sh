@@ -10,11 +10,12 @@ rustup target add wasm32-wasip2 >/dev/null
 # containernetworking-plugins (in /usr/lib/cni), ip and ping for network namespaces,
 # GNU time, which measures the plugin's peak memory in the hostile-module suite,
 # strace, which counts the store's disk syncs per call and kills calls at chosen system
-# calls, and util-linux's setpriv, flock and unshare (another local user; a full disk
-# in a mount namespace of the test's own).
-if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge && -x /usr/bin/time ]] || ! command -v ping >/dev/null || ! command -v ip >/dev/null || ! command -v strace >/dev/null || ! command -v setpriv >/dev/null || ! command -v unshare >/dev/null || ! command -v flock >/dev/null; then
+# calls, util-linux's setpriv, flock and unshare (another local user; a full disk
+# in a mount namespace of the test's own), and iptables, which bridge's ipMasq runs
+# (the conflist `wasm-ipam install` writes).
+if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge && -x /usr/bin/time && -x /usr/sbin/iptables ]] || ! command -v ping >/dev/null || ! command -v ip >/dev/null || ! command -v strace >/dev/null || ! command -v setpriv >/dev/null || ! command -v unshare >/dev/null || ! command -v flock >/dev/null; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping time strace util-linux >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping time strace util-linux iptables >/dev/null
 fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
 

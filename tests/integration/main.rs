@@ -14,6 +14,7 @@ mod harness;
 mod host_local_module;
 mod host_local_parity;
 mod hostile;
+mod install;
 mod local_security;
 mod main_plugins;
 mod operators;

@@ -1,5 +1,5 @@
-//! The operators' commands (`wasm-ipam list | stats | inspect | forget | precompile |
-//! store | import-host-local`): what a person on the node runs, beside the CNI calls the
+//! The operators' commands (`wasm-ipam install | list | stats | inspect | forget |
+//! precompile | store | import-host-local`): what a person on the node runs, beside the CNI calls the
 //! runtime makes. `ask` is how they reach a network's module.
 
 pub mod ask;
@@ -7,5 +7,6 @@ pub mod cli;
 pub mod describe;
 pub mod forget;
 pub mod import;
+pub mod install;
 pub mod inventory;
 pub mod metrics;

@@ -1,0 +1,317 @@
+//! `wasm-ipam install`: what a node image or a DaemonSet's init container runs to put
+//! wasm-ipam on a node, so an operator does not repeat by hand the steps that went
+//! wrong on real installs (docs/install.md):
+//!
+//! 1. this binary and its compiler into the CNI bin dir;
+//! 2. the module into the module dir;
+//! 3. the main plugins the conflist needs (`bridge`, `portmap`, and `loopback`, which
+//!    containerd runs for every pod) present in the same bin dir: a runtime takes one
+//!    bin dir, so they are linked from where the distribution put them;
+//! 4. the module compiled into the cache, so the first pod does not pay for it;
+//! 5. a conflist (bridge + wasm-ipam, the node's subnet) named to sort first, since
+//!    containerd and CRI-O use only the lexically first conflist in the conf dir.
+//!
+//! Every step is idempotent (a file already as wanted is left alone, and each write
+//! replaces the old file atomically), says what it did, and `--dry-run` only says.
+
+use crate::error::{CniError, code};
+use crate::limits::Limits;
+use crate::module::cache::ModuleCache;
+use crate::module::compile::COMPILER;
+use crate::module::engine::ModuleHost;
+use serde_json::json;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+/// The main plugins the written conflist (and the runtime) needs in the bin dir.
+pub const MAIN_PLUGINS: &[&str] = &["bridge", "portmap", "loopback"];
+
+/// What to install, and where.
+#[derive(Debug, Clone)]
+pub struct Install {
+    pub module: PathBuf,
+    pub subnet: ipnet::IpNet,
+    pub network: String,
+    pub bridge: String,
+    pub bin_dir: PathBuf,
+    pub module_dir: PathBuf,
+    pub conf_dir: PathBuf,
+    pub conflist_name: String,
+    pub cache_dir: PathBuf,
+    /// Where the distribution keeps the main plugins (Debian: /usr/lib/cni).
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Written into the conflist when given (else the host's defaults apply).
+    pub data_dir: Option<PathBuf>,
+    pub lock_file: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub dry_run: bool,
+}
+
+/// One line per step: what was done, or would be.
+struct Steps {
+    dry_run: bool,
+    lines: Vec<String>,
+}
+
+impl Steps {
+    fn done(&mut self, did: &str, would: &str) {
+        self.lines
+            .push(if self.dry_run { would } else { did }.to_string());
+    }
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> CniError {
+    move |e| CniError::new(code::IO_FAILURE, what).with_details(e)
+}
+
+/// Writes `bytes` to `path` unless it already holds them: through a temporary file in
+/// the same directory renamed over it, so a reader (a runtime exec'ing the binary,
+/// reading the conflist) sees the old file or the new one, never half of one.
+fn put_file(path: &Path, bytes: &[u8], mode: u32, steps: &mut Steps) -> Result<(), CniError> {
+    let shown = path.display();
+    if fs::read(path).is_ok_and(|old| old == bytes)
+        && fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o7777 == mode)
+    {
+        steps.done(&format!("unchanged {shown}"), &format!("unchanged {shown}"));
+        return Ok(());
+    }
+    let exists = path.exists();
+    if !steps.dry_run {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
+        let temp = dir.join(format!(
+            ".{}.wasm-ipam-install",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let _ = fs::remove_file(&temp);
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)
+            .map_err(io(format!("cannot write {}", temp.display())))?;
+        file.write_all(bytes)
+            .and_then(|()| file.set_permissions(fs::Permissions::from_mode(mode)))
+            .and_then(|()| file.sync_all())
+            .map_err(io(format!("cannot write {}", temp.display())))?;
+        fs::rename(&temp, path).map_err(io(format!("cannot replace {shown}")))?;
+    }
+    let verb = if exists { "updated" } else { "installed" };
+    steps.done(
+        &format!("{verb} {shown}"),
+        &format!(
+            "would {} {shown}",
+            if exists { "update" } else { "install" }
+        ),
+    );
+    Ok(())
+}
+
+fn copy(from: &Path, to: &Path, mode: u32, steps: &mut Steps) -> Result<(), CniError> {
+    let bytes = fs::read(from).map_err(io(format!("cannot read {}", from.display())))?;
+    put_file(to, &bytes, mode, steps)
+}
+
+/// Each main plugin: present in the bin dir (an executable file, or a link to one),
+/// else linked from the first plugin dir that has it; missing ones are listed.
+fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
+    let mut missing = Vec::new();
+    for plugin in MAIN_PLUGINS {
+        let target = install.bin_dir.join(plugin);
+        if fs::metadata(&target).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) {
+            steps.done(
+                &format!("present {}", target.display()),
+                &format!("present {}", target.display()),
+            );
+            continue;
+        }
+        let Some(source) = install
+            .plugin_dirs
+            .iter()
+            .map(|d| d.join(plugin))
+            .find(|p| p.is_file())
+        else {
+            missing.push(plugin.to_string());
+            continue;
+        };
+        if !steps.dry_run {
+            // A dangling link left by an uninstalled package goes first.
+            let _ = fs::remove_file(&target);
+            if let Err(e) = symlink(&source, &target) {
+                missing.push(format!("{plugin} ({e})"));
+                continue;
+            }
+        }
+        steps.done(
+            &format!("linked {} -> {}", target.display(), source.display()),
+            &format!("would link {} -> {}", target.display(), source.display()),
+        );
+    }
+    missing
+}
+
+/// The conflist: bridge with wasm-ipam as its IPAM (host-local's configuration keys,
+/// which the host-local module reads), then portmap.
+pub fn conflist(install: &Install, module: &Path) -> serde_json::Value {
+    let default_route = if install.subnet.addr().is_ipv4() {
+        "0.0.0.0/0"
+    } else {
+        "::/0"
+    };
+    let mut ipam = json!({
+        "type": "wasm-ipam",
+        "module": module,
+        "cacheDir": install.cache_dir,
+        "deadlineSeconds": 60,
+        // Below kubelet's 2-minute runtime request timeout: a call that would wait
+        // longer answers "try again later" while kubelet still listens.
+        "lockTimeoutSeconds": 100,
+        "ranges": [[{ "subnet": install.subnet.to_string() }]],
+        "routes": [{ "dst": default_route }],
+    });
+    for (key, value) in [
+        ("dataDir", &install.data_dir),
+        ("lockFile", &install.lock_file),
+        ("logFile", &install.log_file),
+    ] {
+        if let Some(value) = value {
+            ipam[key] = json!(value);
+        }
+    }
+    json!({
+        "cniVersion": "1.0.0",
+        "name": install.network,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": install.bridge,
+                "isGateway": true,
+                "ipMasq": true,
+                "ipam": ipam,
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } },
+        ]
+    })
+}
+
+/// Conflists in the conf dir that sort before ours: a runtime would use one of them.
+fn sorting_first(install: &Install) -> Vec<String> {
+    let Ok(dir) = fs::read_dir(&install.conf_dir) else {
+        return Vec::new();
+    };
+    let mut before: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| {
+            [".conf", ".conflist", ".json"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
+                && *name < install.conflist_name
+        })
+        .collect();
+    before.sort();
+    before
+}
+
+/// Runs the install; returns what it did, one line per step, and what still keeps
+/// the node from working (a main plugin missing, a conflist sorting before ours),
+/// found after every step it could do was done.
+pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
+    let mut steps = Steps {
+        dry_run: install.dry_run,
+        lines: Vec::new(),
+    };
+    let exe = std::env::current_exe().map_err(io("cannot find this binary".into()))?;
+    copy(&exe, &install.bin_dir.join("wasm-ipam"), 0o755, &mut steps)?;
+    let compiler = exe.with_file_name(COMPILER);
+    if compiler.is_file() {
+        copy(
+            &compiler,
+            &install.bin_dir.join(COMPILER),
+            0o755,
+            &mut steps,
+        )?;
+    } else {
+        steps.done(
+            &format!("no {COMPILER} beside {}: a cache miss on this node will fail with code 5 (precompiled below)", exe.display()),
+            &format!("no {COMPILER} beside {}", exe.display()),
+        );
+    }
+    let file_name = install
+        .module
+        .file_name()
+        .ok_or_else(|| CniError::config("--module must name a file"))?;
+    let module = install.module_dir.join(file_name);
+    copy(&install.module, &module, 0o644, &mut steps)?;
+    let missing = main_plugins(install, &mut steps);
+    // Compiled from the installed copy when there is one, so the cache records the
+    // path the conflist names.
+    let source = if install.dry_run {
+        &install.module
+    } else {
+        &module
+    };
+    if install.dry_run {
+        steps.done(
+            "",
+            &format!(
+                "would compile {} into {}",
+                source.display(),
+                install.cache_dir.display()
+            ),
+        );
+    } else {
+        let cache = ModuleCache::open(&install.cache_dir)
+            .map_err(|e| CniError::new(code::IO_FAILURE, e.0))?;
+        let loaded = ModuleHost::new()?.load(source, None, Some(&cache), &Limits::default())?;
+        steps.done(
+            &format!(
+                "{} {} (sha256 {}, {}) in {}",
+                if loaded.from_cache {
+                    "already compiled"
+                } else {
+                    "compiled"
+                },
+                source.display(),
+                loaded.sha256,
+                loaded.contract.name(),
+                install.cache_dir.display()
+            ),
+            "",
+        );
+    }
+    let text =
+        serde_json::to_string_pretty(&conflist(install, &module)).expect("serialisable") + "\n";
+    put_file(
+        &install.conf_dir.join(&install.conflist_name),
+        text.as_bytes(),
+        0o644,
+        &mut steps,
+    )?;
+    let before = sorting_first(install);
+    let out = steps.lines.join("\n") + "\n";
+    let mut problems = Vec::new();
+    if !missing.is_empty() {
+        problems.push(format!(
+            "main plugins missing from {} and from {}: {} (install the distribution's CNI plugins, e.g. Debian's containernetworking-plugins)",
+            install.bin_dir.display(),
+            install
+                .plugin_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            missing.join(", ")
+        ));
+    }
+    if !before.is_empty() {
+        problems.push(format!(
+            "{} sort(s) before {} in {}: containerd and CRI-O use only the first, so rename or remove them",
+            before.join(", "),
+            install.conflist_name,
+            install.conf_dir.display()
+        ));
+    }
+    Ok((out, problems))
+}

@@ -1,0 +1,167 @@
+//! `wasm-ipam install`, as a node image or a DaemonSet's init container runs it, into
+//! an empty tree: it puts the binary, its compiler, the module, the main plugins and a
+//! conflist in place, compiles the module into the cache, changes nothing when run
+//! again, says (and fails) when the node still is not ready, and `--dry-run` touches
+//! nothing. Then a runtime's view: the conflist it wrote, run through `bridge` from
+//! the bin dir it filled, in a network namespace, gives a pod an address.
+
+use crate::harness::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const NETNS: &str = "wasm-ipam-install";
+const BRIDGE: &str = "wi-install0";
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
+
+struct Tree {
+    root: tempfile::TempDir,
+}
+
+impl Tree {
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.path().join(name)
+    }
+
+    fn install(&self, extra: &[&str]) -> (bool, String, String) {
+        let path = |name: &str| self.path(name).to_string_lossy().into_owned();
+        let module = host_local_module().to_string_lossy().into_owned();
+        let mut args: Vec<String> = [
+            "install",
+            "--module",
+            &module,
+            "--subnet",
+            "10.77.0.0/24",
+            "--network",
+            "installed",
+            "--bridge",
+            BRIDGE,
+            "--bin-dir",
+            &path("opt/cni/bin"),
+            "--module-dir",
+            &path("opt/cni/wasm"),
+            "--conf-dir",
+            &path("etc/cni/net.d"),
+            "--cache-dir",
+            &path("var/cache/wasm-ipam"),
+            "--data-dir",
+            &path("var/lib/wasm-ipam"),
+            "--lock-file",
+            &path("run/wasm-ipam/ipam.lock"),
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        operator_output(args)
+    }
+}
+
+/// The network namespace, the bridge and the forwarding setting, restored on drop.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", NETNS]).status();
+        let _ = Command::new("ip").args(["link", "del", BRIDGE]).status();
+        let _ = std::fs::write(IP_FORWARD, &self.0);
+    }
+}
+
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    std::fs::read(a).unwrap() == std::fs::read(b).unwrap()
+}
+
+#[test]
+fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
+    let _serial = exclusive();
+    let _cleanup = Cleanup(std::fs::read_to_string(IP_FORWARD).unwrap());
+    let tree = Tree {
+        root: tempfile::tempdir().unwrap(),
+    };
+
+    // A dry run says what it would do and does nothing.
+    let (ok, out, stderr) = tree.install(&["--dry-run"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        out.contains("would install") && out.contains("would link"),
+        "{out}"
+    );
+    assert!(out.contains("would compile"), "{out}");
+    assert!(!tree.path("opt").exists() && !tree.path("etc").exists());
+
+    let (ok, out, stderr) = tree.install(&[]);
+    assert!(ok, "{out}\n{stderr}");
+    let bin = tree.path("opt/cni/bin");
+    assert!(same_bytes(&bin.join("wasm-ipam"), crate::harness::bin()));
+    assert!(bin.join("wasm-ipam-compile").is_file(), "{out}");
+    assert!(same_bytes(
+        &tree.path("opt/cni/wasm/host_local.wasm"),
+        &host_local_module()
+    ));
+    for plugin in ["bridge", "portmap", "loopback"] {
+        let link = std::fs::read_link(bin.join(plugin)).unwrap();
+        assert_eq!(link, Path::new("/usr/lib/cni").join(plugin));
+    }
+    assert!(out.contains("compiled"), "{out}");
+    let cached = std::fs::read_dir(tree.path("var/cache/wasm-ipam"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().ends_with(".cwasm"));
+    assert!(cached, "the module was compiled into the cache");
+    let conflist_path = tree.path("etc/cni/net.d/00-wasm-ipam.conflist");
+    let conflist: Value =
+        serde_json::from_str(&std::fs::read_to_string(&conflist_path).unwrap()).unwrap();
+    assert_eq!(conflist["name"], "installed");
+    let ipam = &conflist["plugins"][0]["ipam"];
+    assert_eq!(ipam["type"], "wasm-ipam");
+    assert_eq!(ipam["ranges"][0][0]["subnet"], "10.77.0.0/24");
+    assert!(
+        ipam["lockTimeoutSeconds"].as_f64().unwrap() < 120.0,
+        "below kubelet's 2-minute request timeout"
+    );
+
+    // Again: nothing to do.
+    let (ok, again, stderr) = tree.install(&[]);
+    assert!(ok, "{stderr}");
+    for line in again.lines() {
+        assert!(
+            line.starts_with("unchanged")
+                || line.starts_with("present")
+                || line.starts_with("already compiled"),
+            "{again}"
+        );
+    }
+
+    // A conflist that sorts first would be used instead: said, and a failure.
+    let first = tree.path("etc/cni/net.d/0-other.conflist");
+    std::fs::write(&first, "{}").unwrap();
+    let (ok, _, stderr) = tree.install(&[]);
+    assert!(!ok && stderr.contains("0-other.conflist"), "{stderr}");
+    std::fs::remove_file(first).unwrap();
+    // A main plugin nowhere to be found: said, and a failure.
+    std::fs::remove_file(bin.join("portmap")).unwrap();
+    let (ok, _, stderr) = tree.install(&["--plugin-dir", "/nonexistent"]);
+    assert!(!ok && stderr.contains("portmap"), "{stderr}");
+
+    // The runtime's view: its first plugin, with the list's name and version, run by
+    // bridge from the filled bin dir.
+    let mut plugin = conflist["plugins"][0].clone();
+    plugin["name"] = conflist["name"].clone();
+    plugin["cniVersion"] = conflist["cniVersion"].clone();
+    let status = Command::new("ip")
+        .args(["netns", "add", NETNS])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let run = |command: &str| {
+        let call = Call::new(command, "pod1")
+            .env("CNI_NETNS", format!("/var/run/netns/{NETNS}"))
+            .env("CNI_PATH", bin.to_string_lossy())
+            // bridge's ipMasq runs iptables.
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+        call.run_plugin(&bin.join("bridge"), &plugin)
+    };
+    let added = run("ADD");
+    assert_eq!(added.address(), "10.77.0.2/24", "{added:?}");
+    run("DEL").ok();
+}
