@@ -124,8 +124,9 @@ fn run(
 }
 
 /// Parse and validate (done by the caller) → load and compile the module → take the
-/// lock → the deadline starts at the grant → instantiate → call the handler → write
-/// the commit → release the lock → sync the commit.
+/// lock (unless the caller has gone: see [`caller`]) → the deadline starts at the
+/// grant → instantiate → call the handler → write the commit → release the lock →
+/// sync the commit.
 ///
 /// Why this order: compiling before the lock keeps the lock held only for guest work;
 /// starting the deadline at the grant means a herd queued on the lock can never use up

@@ -163,10 +163,12 @@ pub fn conflist(install: &Install, module: &Path) -> serde_json::Value {
         "type": "wasm-ipam",
         "module": module,
         "cacheDir": install.cache_dir,
-        "deadlineSeconds": 60,
-        // Below kubelet's 2-minute runtime request timeout: a call that would wait
-        // longer answers "try again later" while kubelet still listens.
-        "lockTimeoutSeconds": 100,
+        // A call waits at most lockTimeoutSeconds for the lock, then runs at most
+        // deadlineSeconds from the grant: 105 s in all, inside kubelet's 2-minute
+        // runtime request timeout, so a call that cannot finish answers "try again
+        // later" while kubelet still listens instead of being cancelled.
+        "deadlineSeconds": 45,
+        "lockTimeoutSeconds": 60,
         "ranges": [[{ "subnet": install.subnet.to_string() }]],
         "routes": [{ "dst": default_route }],
     });
