@@ -18,6 +18,37 @@ if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge && -x /usr/bin/time
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping time strace util-linux iptables >/dev/null
 fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
+# --- componentize-py, for examples/static-py (an IPAM module written in Python, which
+# tests/integration/static_py.rs builds and runs). Pinned to one version; when the PATH
+# has no componentize-py of that version it is installed with pip into a virtualenv
+# under target/ (Debian's python3 refuses system-wide pip installs), and that
+# virtualenv goes first on the PATH for the tests.
+componentize_py_version=0.25.1
+componentize_py_venv=target/componentize-py
+if [[ "$(componentize-py --version 2>/dev/null)" != "componentize-py $componentize_py_version" ]]; then
+  if [[ "$("$componentize_py_venv/bin/componentize-py" --version 2>/dev/null)" != "componentize-py $componentize_py_version" ]]; then
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+    fi
+    python3 -m venv "$componentize_py_venv"
+    "$componentize_py_venv/bin/pip" install -q "componentize-py==$componentize_py_version"
+  fi
+  export PATH="$PWD/$componentize_py_venv/bin:$PATH"
+fi
+# --- end of componentize-py
+
+# --- containerd, for tests/cri (pods run through a private containerd 1.6 and its CRI
+# plugin, with Debian's bridge and wasm-ipam as IPAM): containerd and runc; Debian's
+# static busybox, from which the test builds its sandbox image (nothing is pulled); and
+# protoc, which the k8s-cri crate runs at build time to generate the CRI API. Installed
+# only when missing. The test starts its own containerd, in namespaces of its own, and
+# never uses a system one.
+if ! command -v containerd >/dev/null || ! command -v ctr >/dev/null || ! command -v runc >/dev/null || ! command -v protoc >/dev/null || [[ "$(dpkg-query -W -f='${Status}' busybox-static 2>/dev/null)" != "install ok installed" ]]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd runc busybox-static protobuf-compiler >/dev/null
+fi
+# --- end of containerd
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

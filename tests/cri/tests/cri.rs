@@ -1,0 +1,304 @@
+//! containerd's CRI plugin runs pods as kubelet asks it to, with Debian's `bridge` and
+//! wasm-ipam as its IPAM: the addresses pods get are the ones the store lists, and
+//! removing the pods, or giving up on one whose IPAM call waits on the lock, leaves no
+//! address, network namespace or veth behind. Needs root; containerd, runc and
+//! busybox-static from Debian (scripts/test.sh installs them).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use support::containerd::{CannotRun, Containerd};
+use support::cri::REQUEST_TIMEOUT;
+use support::ipam::{Allocation, blocked_on_lock, has_exited, running_calls};
+use support::*;
+
+/// Starts a containerd for `test` with its own bridge and subnet, or says why the
+/// machine cannot run one (and the test is skipped).
+fn containerd_for(test: &str, number: u32, subnet: &str) -> Option<Containerd> {
+    let bridge = format!("wipcri{number}{}", std::process::id() % 100_000);
+    match Containerd::start(&bridge, subnet) {
+        Ok(containerd) => Some(containerd),
+        Err(CannotRun(reason)) => {
+            report_skip(test, &reason);
+            None
+        }
+    }
+}
+
+/// Stops and removes every sandbox the runtime knows, as kubelet does for pods that
+/// are gone, each from its own thread.
+fn stop_and_remove_all(containerd: &Containerd) {
+    stop_and_remove_all_but(containerd, None);
+}
+
+/// Stops and removes every sandbox but `keep`.
+fn stop_and_remove_all_but(containerd: &Containerd, keep: Option<&str>) {
+    let sandboxes = containerd.cri.list_pod_sandboxes().unwrap();
+    std::thread::scope(|s| {
+        for sandbox in sandboxes.iter().filter(|s| Some(s.id.as_str()) != keep) {
+            s.spawn(|| {
+                let cri = &containerd.cri;
+                cri.stop_pod_sandbox(&sandbox.id)
+                    .unwrap_or_else(|e| panic!("StopPodSandbox {}: {e}", sandbox.id));
+                cri.remove_pod_sandbox(&sandbox.id)
+                    .unwrap_or_else(|e| panic!("RemovePodSandbox {}: {e}", sandbox.id));
+            });
+        }
+    });
+}
+
+/// Nothing left: no sandbox, no allocation in the store, no network namespace, no veth
+/// on the bridge.
+fn assert_nothing_left(containerd: &Containerd) {
+    let sandboxes = containerd.cri.list_pod_sandboxes().unwrap();
+    assert!(sandboxes.is_empty(), "sandboxes left: {sandboxes:?}");
+    let allocations = containerd.ipam.list(wasm_ipam_bin());
+    assert!(allocations.is_empty(), "addresses left: {allocations:?}");
+    let netns = containerd.netns_left();
+    assert!(netns.is_empty(), "network namespaces left: {netns:?}");
+    let ports = containerd.bridge_ports();
+    assert!(ports.is_empty(), "veths left on the bridge: {ports:?}");
+}
+
+#[test]
+fn pods_get_the_addresses_wasm_ipam_lists_and_leave_none_behind() {
+    let _serial = serial();
+    let subnet = "10.201.9.0/24";
+    let Some(containerd) = containerd_for(
+        "pods_get_the_addresses_wasm_ipam_lists_and_leave_none_behind",
+        1,
+        subnet,
+    ) else {
+        return;
+    };
+    let cri = &containerd.cri;
+
+    let first = cri
+        .run_pod_sandbox(containerd.pod_config("solo"), REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| {
+            panic!(
+                "RunPodSandbox: {e}\ncontainerd's log ends:\n{}",
+                containerd.log_tail()
+            )
+        });
+    let ip = cri.pod_ip(&first).unwrap();
+    assert!(ip.starts_with("10.201.9."), "{ip}");
+    let listed = containerd.ipam.list(wasm_ipam_bin());
+    assert_eq!(
+        listed,
+        [Allocation {
+            container_id: first.clone(),
+            ifname: "eth0".into(),
+            address: ip,
+        }],
+        "the store lists the pod's address"
+    );
+
+    let many: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..20)
+            .map(|i| {
+                let containerd = &containerd;
+                s.spawn(move || {
+                    containerd
+                        .cri
+                        .run_pod_sandbox(
+                            containerd.pod_config(&format!("pod-{i}")),
+                            REQUEST_TIMEOUT,
+                        )
+                        .unwrap_or_else(|e| panic!("RunPodSandbox pod-{i}: {e}"))
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+
+    let mut by_runtime = BTreeMap::new();
+    for id in std::iter::once(&first).chain(&many) {
+        by_runtime.insert(id.clone(), cri.pod_ip(id).unwrap());
+    }
+    let by_store: BTreeMap<String, String> = containerd
+        .ipam
+        .list(wasm_ipam_bin())
+        .into_iter()
+        .map(|a| {
+            assert_eq!(a.ifname, "eth0", "{a:?}");
+            (a.container_id, a.address)
+        })
+        .collect();
+    assert_eq!(by_runtime.len(), 21);
+    assert_eq!(
+        by_runtime, by_store,
+        "each sandbox's IP (PodSandboxStatus) is the address wasm-ipam lists for it"
+    );
+    let distinct: BTreeSet<&String> = by_runtime.values().collect();
+    assert_eq!(distinct.len(), 21, "{by_runtime:?}");
+    assert!(
+        distinct.iter().all(|ip| ip.starts_with("10.201.9.")),
+        "addresses from the conflist's subnet {subnet}: {by_runtime:?}"
+    );
+    assert_eq!(containerd.netns_left().len(), 21);
+
+    stop_and_remove_all(&containerd);
+    assert_nothing_left(&containerd);
+    let failed: Vec<_> = containerd
+        .ipam
+        .invocations()
+        .into_iter()
+        .filter(|line| line["outcome"] != "ok")
+        .collect();
+    assert!(failed.is_empty(), "calls that failed: {failed:?}");
+}
+
+/// kubelet gives up on RunPodSandbox (its deadline passes) while the pod's IPAM call
+/// waits for the lock, held here. containerd then kills `bridge`; the orphaned
+/// wasm-ipam ADD leaves the queue without allocating, and containerd's own cleanup
+/// runs DEL, which waits for the lock too. Once the lock is free the only address
+/// allocated is the pod already running, and the pod, retried as kubelet retries it,
+/// gets one.
+///
+/// The node already runs a pod, as nodes do: Debian's bridge (plugins 1.1.1) leaves a
+/// bridge whose first ADD failed with an all-zero MAC, and refuses every later ADD
+/// ("could not set bridge's mac: invalid argument"), whatever the IPAM.
+#[test]
+fn a_cancelled_run_pod_sandbox_leaves_no_address() {
+    let _serial = serial();
+    let Some(containerd) = containerd_for(
+        "a_cancelled_run_pod_sandbox_leaves_no_address",
+        2,
+        "10.201.10.0/24",
+    ) else {
+        return;
+    };
+    let bin = wasm_ipam_bin();
+    let calls = |command: &str| {
+        running_calls(bin, &containerd.cni_bin_dir)
+            .into_iter()
+            .filter(|call| call.command == command)
+            .collect::<Vec<_>>()
+    };
+    // kubelet's is 4 minutes (twice --runtime-request-timeout); a short one here, long
+    // enough for containerd to reach the IPAM call on a loaded machine.
+    let deadline = Duration::from_secs(20);
+    let resident = containerd
+        .cri
+        .run_pod_sandbox(containerd.pod_config("resident"), REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}"));
+    let resident = Allocation {
+        address: containerd.cri.pod_ip(&resident).unwrap(),
+        container_id: resident,
+        ifname: "eth0".into(),
+    };
+
+    let holder = containerd.ipam.hold_lock();
+    let (add, cancelled) = std::thread::scope(|s| {
+        let run = s.spawn(|| {
+            containerd
+                .cri
+                .run_pod_sandbox(containerd.pod_config("cancelled"), deadline)
+        });
+        let add = wait_for(
+            "the pod's wasm-ipam ADD waits on the held lock",
+            Duration::from_secs(120),
+            || {
+                let waiting = calls("ADD").into_iter().find(|c| blocked_on_lock(c.pid));
+                assert!(
+                    waiting.is_some() || !run.is_finished(),
+                    "RunPodSandbox ended before its IPAM call was seen waiting on the lock"
+                );
+                waiting
+            },
+        );
+        (add, run.join().unwrap())
+    });
+    let status = cancelled.expect_err("RunPodSandbox returned while its IPAM call waited");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+        ),
+        "RunPodSandbox ended by its deadline: {status:?}"
+    );
+    let sandbox = add.container_id.clone();
+
+    // Still under the held lock: the ADD gives up as its caller is killed, and the
+    // runtime's cleanup queues a DEL for the same sandbox.
+    wait_for(
+        "the orphaned ADD leaves the queue while the lock is still held",
+        Duration::from_secs(60),
+        || has_exited(add.pid).then_some(()),
+    );
+    let del = wait_for(
+        "containerd's cleanup runs a DEL for the cancelled sandbox, waiting on the lock",
+        Duration::from_secs(60),
+        || {
+            calls("DEL")
+                .into_iter()
+                .find(|call| call.container_id == sandbox && blocked_on_lock(call.pid))
+        },
+    );
+    drop(holder);
+    wait_for(
+        "the DEL finishes once the lock is free",
+        Duration::from_secs(60),
+        || has_exited(del.pid).then_some(()),
+    );
+    wait_for(
+        "no wasm-ipam call of this runtime is left running",
+        Duration::from_secs(120),
+        || {
+            running_calls(bin, &containerd.cni_bin_dir)
+                .is_empty()
+                .then_some(())
+        },
+    );
+    stop_and_remove_all_but(&containerd, Some(&resident.container_id));
+    assert_eq!(
+        containerd.ipam.list(bin),
+        std::slice::from_ref(&resident),
+        "only the resident pod holds an address"
+    );
+    assert_eq!(containerd.netns_left().len(), 1);
+    assert_eq!(containerd.bridge_ports().len(), 1);
+
+    let for_sandbox: Vec<_> = containerd
+        .ipam
+        .invocations()
+        .into_iter()
+        .filter(|line| line["container_id"] == sandbox.as_str())
+        .collect();
+    let outcomes: Vec<_> = for_sandbox
+        .iter()
+        .map(|line| {
+            (
+                line["command"].as_str().unwrap_or_default(),
+                line["outcome"].as_str().unwrap_or_default(),
+                line["abandoned_at"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("ADD", "abandoned", "queue"), ("DEL", "ok", "")],
+        "the cancelled sandbox's calls: {for_sandbox:?}"
+    );
+
+    let mut retry = containerd.pod_config("cancelled");
+    retry.metadata.as_mut().unwrap().attempt = 1;
+    let retried = containerd
+        .cri
+        .run_pod_sandbox(retry, REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| panic!("RunPodSandbox, retried: {e}"));
+    let retried = Allocation {
+        address: containerd.cri.pod_ip(&retried).unwrap(),
+        container_id: retried,
+        ifname: "eth0".into(),
+    };
+    let mut expected = vec![resident, retried];
+    expected.sort();
+    let mut listed = containerd.ipam.list(bin);
+    listed.sort();
+    assert_eq!(listed, expected);
+    stop_and_remove_all(&containerd);
+    assert_nothing_left(&containerd);
+}
