@@ -19,5 +19,6 @@ mod local_security;
 mod main_plugins;
 mod operators;
 mod protocol;
+mod static_py;
 mod store;
 mod tutorial;

@@ -1,0 +1,101 @@
+"""The component's exports: `cni:ipam@0.2.0`'s handler, inspect and migrate, over
+the pure functions of `static_ipam`.
+
+static keeps no state, so this module never touches the store: DEL, GC and STATUS
+succeed with nothing to do, and `inspect` answers honestly that nothing is allocated
+(`wasm-ipam list` shows no addresses, `stats` no pools). There is nothing to take
+over from another plugin, so `migrate` refuses every format.
+"""
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.exports import inspect, migrate
+from wit_world.imports import types
+
+import static_ipam
+from static_ipam import CniError
+
+# codes/: what the guest SDK answers for an operation or import format a module does
+# not implement.
+NOT_IMPLEMENTED = 121
+
+
+def _error(e: CniError) -> Err:
+    return Err(types.Error(code=e.code, msg=e.msg, details=""))
+
+
+def _result(result: dict) -> types.IpamResult:
+    dns = result["dns"]
+    return types.IpamResult(
+        ips=[
+            types.IpConfig(address=ip["address"], gateway=ip["gateway"])
+            for ip in result["ips"]
+        ],
+        routes=[
+            types.Route(
+                dst=route["dst"],
+                gw=route["gw"],
+                mtu=None,
+                advmss=None,
+                priority=None,
+                table=None,
+                scope=None,
+            )
+            for route in result["routes"]
+        ],
+        dns=types.Dns(
+            nameservers=dns["nameservers"] or [],
+            domain=dns["domain"] or None,
+            search=dns["search"] or [],
+            options=dns["options"] or [],
+        ),
+    )
+
+
+class Handler(exports.Handler):
+    def add(self, request: types.Request) -> types.IpamResult:
+        try:
+            return _result(static_ipam.add(request.config, request.args))
+        except CniError as e:
+            raise _error(e)
+
+    def del_(self, request: types.Request) -> None:
+        # Nothing required: static allocates nothing, and its DEL reads no config.
+        return None
+
+    def check(self, request: types.Request) -> None:
+        try:
+            static_ipam.check(request.config, request.args, request.ifname)
+        except CniError as e:
+            raise _error(e)
+
+    def gc(self, request: types.Request, valid_attachments: list[types.Attachment]) -> None:
+        return None
+
+    def status(self, request: types.Request) -> None:
+        return None
+
+
+class Inspect(exports.Inspect):
+    def allocations(self, context: inspect.Context) -> list[inspect.Allocation]:
+        return []
+
+    def pools(self, context: inspect.Context) -> list[inspect.Pool]:
+        return []
+
+
+class Migrate(exports.Migrate):
+    def import_state(
+        self,
+        format: str,
+        network_name: str,
+        config: str | None,
+        files: list[migrate.StateFile],
+    ) -> migrate.ImportReport:
+        raise Err(
+            types.Error(
+                code=NOT_IMPLEMENTED,
+                msg=f"static keeps no state: nothing to import from {format!r}",
+                details="",
+            )
+        )
