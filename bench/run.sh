@@ -12,6 +12,7 @@ cd "$root"
 missing=()
 [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 command -v strace >/dev/null || missing+=(strace)
+command -v protoc >/dev/null || missing+=(protobuf-compiler)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"

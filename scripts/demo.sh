@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rustup target add wasm32-wasip2 >/dev/null
+# protoc: the etcd client (the cluster store) generates etcd's API at build time.
+if ! command -v protoc >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
+fi
 cargo build --release -p wasm-ipam
 # The compiler, built on its own so the per-call binary carries none (README, "Packaging").
 cargo build --release -p wasm-ipam-compiler

@@ -18,6 +18,15 @@ if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge && -x /usr/bin/time
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping time strace util-linux iptables >/dev/null
 fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
+# --- etcd, for tests/integration/etcd.rs (the cluster store against a real etcd,
+# started by the tests on loopback): Debian's etcd-server and etcdctl; and protoc,
+# which the etcd-client crate runs at build time to generate etcd's API.
+if ! [[ -x /usr/bin/etcd && -x /usr/bin/etcdctl ]] || ! command -v protoc >/dev/null || ! command -v openssl >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client protobuf-compiler openssl >/dev/null
+fi
+# --- end of etcd
+
 # --- componentize-py, for examples/static-py (an IPAM module written in Python, which
 # tests/integration/static_py.rs builds and runs). Pinned to one version; when the PATH
 # has no componentize-py of that version it is installed with pip into a virtualenv
@@ -52,7 +61,7 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -- -D warnings
+cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -p cluster-pool -- -D warnings
 # The per-call binary must carry no compiler: nothing in its build graph may pull in
 # Cranelift's code generator (the compiler is compiler/'s own binary). The check is
 # live: the same query on wasm-ipam-compiler lists it.

@@ -35,6 +35,153 @@ pub struct HostIpamConfig {
     pub node_name: Option<String>,
     /// The call's resource limits (see [`crate::limits`]).
     pub limits: Limits,
+    /// Where the network's entries live: the embedded store in `dataDir`, or etcd.
+    pub store: StoreConfig,
+}
+
+/// `ipam.store`: which backend holds the network's entries.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreConfig {
+    /// The embedded SQLite store in `dataDir` (the default).
+    Embedded,
+    /// A cluster-wide store on etcd (see [`crate::store::etcd`]).
+    Etcd(EtcdConfig),
+}
+
+/// `ipam.store` with `"type": "etcd"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdConfig {
+    /// `http://host:port` or `https://host:port` client URLs.
+    pub endpoints: Vec<String>,
+    /// Every key wasm-ipam writes starts with it.
+    pub prefix: String,
+    /// The node-wide request rate: a token bucket refilled at `qps`, holding `burst`.
+    pub qps: f64,
+    pub burst: u32,
+    /// The most compares (or operations) one transaction may carry: etcd's
+    /// `--max-txn-ops`, 128 unless the cluster's operators raised it.
+    pub max_txn_ops: usize,
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS to etcd: the CA that signed the servers' certificates, and optionally a client
+/// certificate and key (etcd's `--client-cert-auth`). PEM files.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+pub const DEFAULT_ETCD_PREFIX: &str = "/wasm-ipam/";
+pub const DEFAULT_ETCD_QPS: f64 = 50.0;
+pub const DEFAULT_ETCD_BURST: u32 = 100;
+pub const DEFAULT_ETCD_MAX_TXN_OPS: usize = 128;
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum RawStore {
+    Embedded {},
+    Etcd(RawEtcd),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawEtcd {
+    endpoints: Vec<String>,
+    prefix: Option<String>,
+    qps: Option<f64>,
+    burst: Option<u32>,
+    max_txn_ops: Option<usize>,
+    tls: Option<RawEtcdTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcdTls {
+    ca: PathBuf,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+}
+
+impl StoreConfig {
+    fn from_raw(raw: Option<RawStore>) -> Result<Self, CniError> {
+        let etcd = match raw {
+            None | Some(RawStore::Embedded {}) => return Ok(StoreConfig::Embedded),
+            Some(RawStore::Etcd(etcd)) => etcd,
+        };
+        let bad = |what: &str| CniError::config(format!("ipam.store: {what}"));
+        if etcd.endpoints.is_empty() {
+            return Err(bad("endpoints must list at least one etcd client URL"));
+        }
+        let tls = etcd.tls.is_some();
+        for endpoint in &etcd.endpoints {
+            let scheme_ok = match tls {
+                true => endpoint.starts_with("https://"),
+                false => endpoint.starts_with("http://"),
+            };
+            if !scheme_ok
+                || endpoint
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(bad(&format!(
+                    "endpoint {endpoint:?} must be an {} URL{}",
+                    if tls { "https://" } else { "http://" },
+                    if tls {
+                        " (tls is set)"
+                    } else {
+                        " (set tls for https)"
+                    }
+                )));
+            }
+        }
+        let prefix = etcd.prefix.unwrap_or_else(|| DEFAULT_ETCD_PREFIX.into());
+        if prefix.is_empty() || prefix.chars().any(char::is_control) {
+            return Err(bad("prefix must be a non-empty key prefix"));
+        }
+        let qps = etcd.qps.unwrap_or(DEFAULT_ETCD_QPS);
+        if !(qps.is_finite() && qps > 0.0) {
+            return Err(bad("qps must be a positive number"));
+        }
+        let burst = etcd.burst.unwrap_or(DEFAULT_ETCD_BURST);
+        if burst == 0 {
+            return Err(bad("burst must be at least 1"));
+        }
+        let max_txn_ops = etcd.max_txn_ops.unwrap_or(DEFAULT_ETCD_MAX_TXN_OPS);
+        if max_txn_ops < 8 {
+            return Err(bad("maxTxnOps must be at least 8"));
+        }
+        let tls = etcd
+            .tls
+            .map(|t| {
+                for path in [Some(&t.ca), t.cert.as_ref(), t.key.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    if !path.is_absolute() {
+                        return Err(bad(&format!("tls paths must be absolute, not {path:?}")));
+                    }
+                }
+                if t.cert.is_some() != t.key.is_some() {
+                    return Err(bad("tls.cert and tls.key go together"));
+                }
+                Ok(EtcdTls {
+                    ca: t.ca,
+                    cert: t.cert,
+                    key: t.key,
+                })
+            })
+            .transpose()?;
+        Ok(StoreConfig::Etcd(EtcdConfig {
+            endpoints: etcd.endpoints,
+            prefix,
+            qps,
+            burst,
+            max_txn_ops,
+            tls,
+        }))
+    }
 }
 
 #[derive(Deserialize)]
@@ -63,6 +210,7 @@ struct RawHostIpam {
     compile_timeout_seconds: Option<f64>,
     #[serde(rename = "compileMemoryMiB")]
     compile_memory_mib: Option<u64>,
+    store: Option<RawStore>,
 }
 
 /// Netconf keys that belong to one call, not to the network.
@@ -242,6 +390,7 @@ impl NetConf {
 impl HostIpamConfig {
     fn from_raw(raw: RawHostIpam) -> Result<Self, CniError> {
         let limits = limits_from_raw(&raw)?;
+        let store = StoreConfig::from_raw(raw.store)?;
         let module = raw
             .module
             .filter(|p| !p.as_os_str().is_empty())
@@ -291,6 +440,7 @@ impl HostIpamConfig {
             log_file: raw.log_file,
             node_name: raw.node_name.map(checked_node_name).transpose()?,
             limits,
+            store,
         })
     }
 }
@@ -377,6 +527,23 @@ mod tests {
         assert_eq!(conf.ipam.cache_dir, PathBuf::from(DEFAULT_CACHE_DIR));
         assert_eq!(conf.ipam.limits, Limits::default());
         assert_eq!(conf.ipam.lock_timeout, None);
+        assert_eq!(conf.ipam.store, StoreConfig::Embedded);
+    }
+
+    #[test]
+    fn an_etcd_store_is_read_with_its_defaults() {
+        let conf = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"/m.wasm","store":{"type":"etcd","endpoints":["https://a:2379","https://b:2379"],"tls":{"ca":"/ca.pem","cert":"/c.pem","key":"/k.pem"}}}}"#).unwrap();
+        let StoreConfig::Etcd(etcd) = conf.ipam.store else {
+            panic!("not etcd")
+        };
+        assert_eq!(etcd.endpoints.len(), 2);
+        assert_eq!(etcd.prefix, DEFAULT_ETCD_PREFIX);
+        assert_eq!(
+            (etcd.qps, etcd.burst),
+            (DEFAULT_ETCD_QPS, DEFAULT_ETCD_BURST)
+        );
+        assert_eq!(etcd.max_txn_ops, DEFAULT_ETCD_MAX_TXN_OPS);
+        assert_eq!(etcd.tls.unwrap().key, Some(PathBuf::from("/k.pem")));
     }
 
     #[test]
@@ -407,6 +574,15 @@ mod tests {
             r#""moduleMaxMiB":100000"#,
             r#""compileTimeoutSeconds":0"#,
             r#""compileMemoryMiB":"1024""#,
+            r#""store":{"type":"etcd","endpoints":[]}"#,
+            r#""store":{"type":"etcd","endpoints":["127.0.0.1:2379"]}"#,
+            r#""store":{"type":"etcd","endpoints":["http://e:2379"],"tls":{"ca":"/ca.pem"}}"#,
+            r#""store":{"type":"etcd","endpoints":["https://e:2379"],"tls":{"ca":"ca.pem"}}"#,
+            r#""store":{"type":"etcd","endpoints":["https://e:2379"],"tls":{"ca":"/ca.pem","cert":"/c.pem"}}"#,
+            r#""store":{"type":"etcd","endpoints":["http://e:2379"],"qps":0}"#,
+            r#""store":{"type":"etcd","endpoints":["http://e:2379"],"burst":0}"#,
+            r#""store":{"type":"etcd","endpoints":["http://e:2379"],"endpoint":"x"}"#,
+            r#""store":{"type":"consul"}"#,
         ] {
             let json = format!(
                 r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{bad}}}}}"#

@@ -87,6 +87,8 @@ pub fn modules_dir() -> &'static Path {
                 "minimal",
                 "-p",
                 "legacy-v0-1",
+                "-p",
+                "cluster-pool",
                 "--target-dir",
             ])
             .arg(&target)
@@ -114,6 +116,11 @@ pub fn host_local_module() -> PathBuf {
 /// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.0).
 pub fn minimal_module() -> PathBuf {
     modules_dir().join("minimal.wasm")
+}
+
+/// `examples/cluster-pool`: one pool shared by nodes through a shared store.
+pub fn cluster_pool_module() -> PathBuf {
+    modules_dir().join("cluster_pool.wasm")
 }
 
 /// `tests/modules/legacy-v0-1`: a module built against cni:ipam@0.1.0.

@@ -8,6 +8,7 @@ mod cache;
 mod contract;
 mod crash;
 mod deadline;
+mod etcd;
 mod fair_lock;
 mod fuzz_corpus;
 mod harness;

@@ -65,6 +65,10 @@ struct Report {
     /// Where the call found its caller gone: `queue` (it gave up its place) or `grant`
     /// (granted after, it ran nothing).
     abandoned: Option<&'static str>,
+    /// Handler runs repeated after a conflict in a shared store.
+    retries: u32,
+    /// What the call did with etcd, when the network's store is etcd.
+    etcd: Option<store::etcd::Figures>,
 }
 
 struct Timings {
@@ -169,6 +173,8 @@ fn locked_call(
     // only once its commit is on disk.
     let result = result.and_then(|(result, written)| written.sync().map(|()| result));
     report.log_dropped = guest.log_dropped;
+    report.retries = guest.retries;
+    report.etcd = guest.etcd;
     report.timings = Some(Timings {
         granted: deadline.granted_wall(),
         load,
@@ -222,26 +228,58 @@ struct GuestReport {
     budget_used: Duration,
     commit: Duration,
     log_dropped: u64,
+    /// Handler runs repeated after a conflict in a shared store.
+    retries: u32,
+    etcd: Option<store::etcd::Figures>,
 }
 
-/// Under the lock: open the store, instantiate and call the guest, and write its
-/// staged writes as one commit only if it returned ok with a valid result, before the
-/// deadline and within the network's store quota. The commit is synced by the caller
-/// once the lock is released.
+/// Under the lock: open the store, then run the guest until it commits, fails, or
+/// (in a shared store, when another writer changed what it read) runs out of time to
+/// try again on a fresh instance. The commit is synced by the caller once the lock
+/// is released.
 fn run_guest(
     loaded: &Loaded,
     request: types::Request,
     conf: &NetConf,
     deadline: Deadline,
     call: Call,
-) -> (Result<(Option<IpamResult>, Written), CniError>, GuestReport) {
+) -> (Outcome, GuestReport) {
     let mut report = GuestReport::default();
-    let store = match store::open(&conf.ipam.data_dir, deadline.remaining()) {
+    let mut store = match store::open_for(&conf.ipam, deadline.remaining()) {
         Ok(store) => store,
         Err(e) => return (Err(e), report),
     };
     report.store_open = deadline.elapsed();
     test_panic("under-lock");
+    let result = loop {
+        let (result, back) = attempt(loaded, &request, conf, deadline, &call, store, &mut report);
+        store = back;
+        if result.is_err() && store.conflicted() && !deadline.expired() {
+            report.retries += 1;
+            store.begin();
+            continue;
+        }
+        break result;
+    };
+    report.etcd = store.etcd_figures();
+    (result, report)
+}
+
+/// A guest run's outcome: the result and its written commit, or why not.
+type Outcome = Result<(Option<IpamResult>, Written), CniError>;
+
+/// One run of the guest on a fresh instance: its staged writes are written as one
+/// commit only if it returned ok with a valid result, before the deadline and within
+/// the network's store quota.
+fn attempt(
+    loaded: &Loaded,
+    request: &types::Request,
+    conf: &NetConf,
+    deadline: Deadline,
+    call: &Call,
+    store: Box<dyn store::Store>,
+    report: &mut GuestReport,
+) -> (Outcome, Box<dyn store::Store>) {
     let limits = &conf.ipam.limits;
     let state = GuestState::new(
         GuestStore::new(store, conf.name.clone(), deadline, limits.host_memory),
@@ -249,15 +287,16 @@ fn run_guest(
         GuestLog::new(deadline, limits.log_bytes),
         limits,
     );
-    let work = Work::Handle(request, call);
+    let work = Work::Handle(request.clone(), call.clone());
     let mut outcome = loaded.host.call(&loaded.module, state, work);
     report.budget_used = deadline.elapsed();
     outcome.state.log_output();
-    report.log_dropped = outcome.state.log.dropped();
+    report.log_dropped += outcome.state.log.dropped();
     let quota = Quota {
         entries: limits.store_entries,
         bytes: limits.store_bytes,
     };
+    let (mut store, changes) = outcome.state.store.into_parts();
     let result = outcome
         .result
         .and_then(|answer| match answer {
@@ -265,7 +304,6 @@ fn run_guest(
             _ => unreachable!("a handler call answers Handled"),
         })
         .and_then(|result| {
-            let (mut store, changes) = outcome.state.store.into_parts();
             store.record_served_by(&conf.name, &served_by(conf, &loaded.module));
             let written =
                 store.commit_written(&conf.name, &changes, quota, &|| deadline.expired())?;
@@ -273,7 +311,7 @@ fn run_guest(
             Ok((result, written))
         });
     report.commit = deadline.elapsed() - report.budget_used;
-    (result, report)
+    (result, store)
 }
 
 /// What the store records of the module serving this network, for `list` and `stats`.
@@ -346,6 +384,7 @@ fn log_invocation(
     let granted = timings
         .map(|t| ms(t.granted.duration_since(UNIX_EPOCH).unwrap_or_default()))
         .unwrap_or_default();
+    let etcd = report.etcd.unwrap_or_default();
     let (outcome, error_code, error) = match result {
         Ok(_) => ("ok", 0, String::new()),
         Err(e) if report.abandoned.is_some() => ("abandoned", e.code, e.to_string()),
@@ -370,6 +409,11 @@ fn log_invocation(
         module_cached = report.from_cache,
         abandoned_at = report.abandoned.unwrap_or_default(),
         guest_log_dropped = report.log_dropped,
+        store_retries = report.retries,
+        etcd_requests = etcd.requests,
+        etcd_conflicts = etcd.conflicts,
+        etcd_ms = ms(etcd.etcd_time),
+        etcd_rate_wait_ms = ms(etcd.rate_wait),
         outcome,
         error_code,
         error = %error,

@@ -187,6 +187,7 @@ impl LoadedModule {
 }
 
 /// The handler call to make.
+#[derive(Clone)]
 pub enum Call {
     Add,
     Del,

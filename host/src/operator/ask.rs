@@ -8,7 +8,7 @@
 //! name one instead (`--netconf`).
 
 use crate::call::deadline::Deadline;
-use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DEADLINE, NetConf};
+use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DEADLINE, NetConf, StoreConfig};
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::lock;
@@ -54,6 +54,8 @@ pub struct Asked {
     limits: Limits,
     budget: Duration,
     node_name: String,
+    /// Where the network's entries are, as its configuration says.
+    store: StoreConfig,
 }
 
 impl Asked {
@@ -99,6 +101,7 @@ impl Asked {
             network: network.to_string(),
             budget: ipam.map_or(DEFAULT_DEADLINE, |i| i.deadline),
             node_name: ipam.map_or_else(crate::config::hostname, |i| i.node_name()),
+            store: ipam.map_or(StoreConfig::Embedded, |i| i.store.clone()),
             served_by,
             host,
             module,
@@ -145,7 +148,12 @@ impl Asked {
     pub fn ask(&self, place: &Place, work: Work, commit: bool) -> Result<Answer, CniError> {
         let lock = lock::acquire(&place.lock_file, Some(place.lock_timeout))?;
         let deadline = Deadline::from_grant(&lock, self.budget);
-        let store = store::open(&place.data_dir, deadline.remaining())?;
+        let store = store::open_with(
+            &self.store,
+            &place.data_dir,
+            &self.node_name,
+            deadline.remaining(),
+        )?;
         let mut guest_store = GuestStore::new(
             store,
             self.network.clone(),

@@ -92,6 +92,10 @@ enum Operation {
         /// network, instead of the one the store recorded.
         #[arg(long)]
         netconf: Option<PathBuf>,
+        /// Only allocations the module reports on this node (its `node` attribute):
+        /// for a network shared by nodes through etcd, whose `list` is cluster-wide.
+        #[arg(long)]
+        node: Option<String>,
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -329,13 +333,17 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             store,
             network,
             netconf,
+            node,
             json,
         } => {
             let place = store.place()?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
             crate::call::test_panic("list");
-            let allocations = inventory::allocations(&place, networks, &mut notes);
+            let mut allocations = inventory::allocations(&place, networks, &mut notes);
+            if let Some(node) = &node {
+                allocations.retain(|a| a.attributes.get("node") == Some(node));
+            }
             let failed = !notes.iter().all(|n| n.contains("changed since"));
             if json {
                 let mut text = serde_json::to_string_pretty(&allocations).expect("serialisable");

@@ -8,9 +8,11 @@
 //! that commits nothing. The store is opened only under the host-wide lock, so it
 //! has one writer at a time.
 
+pub mod etcd;
 mod legacy;
 pub mod sqlite;
 
+use crate::config::{HostIpamConfig, StoreConfig};
 use crate::error::{CniError, code};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -168,6 +170,22 @@ pub trait Store: Send {
     /// [`restore`] to put back.
     fn backup(&self, to: &Path) -> Result<(), CniError>;
 
+    /// Whether the last commit failed only because another writer changed what this
+    /// call read since it read it (a shared store's optimistic transaction): the call
+    /// may run its handler again, after [`Store::begin`]. Never for the embedded
+    /// store, whose single writer holds the lock.
+    fn conflicted(&self) -> bool {
+        false
+    }
+
+    /// Starts a new attempt: forgets what the last one read.
+    fn begin(&mut self) {}
+
+    /// What the call did with etcd, when the store is etcd.
+    fn etcd_figures(&self) -> Option<etcd::Figures> {
+        None
+    }
+
     /// Every entry of `network` whose key starts with `prefix`, in key order.
     fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
         let mut out = Vec::new();
@@ -184,6 +202,29 @@ pub trait Store: Send {
 /// under another lock file (see [`sqlite::STORE_LOCK`]).
 pub fn open(data_dir: &Path, wait: Duration) -> Result<Box<dyn Store>, CniError> {
     Ok(Box::new(sqlite::SqliteStore::open(data_dir, wait)?))
+}
+
+/// Opens the store `ipam` configures: the embedded one in `dataDir` or etcd, with
+/// `wait` as the budget of opening (and, for etcd, of every request after).
+pub fn open_for(ipam: &HostIpamConfig, wait: Duration) -> Result<Box<dyn Store>, CniError> {
+    open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)
+}
+
+/// [`open_for`] with the settings given one by one: `node` is the node's name (etcd
+/// keeps a usage row per node), `data_dir` the embedded store's directory (for etcd,
+/// where the node's rate limiter keeps its state).
+pub fn open_with(
+    config: &StoreConfig,
+    data_dir: &Path,
+    node: &str,
+    wait: Duration,
+) -> Result<Box<dyn Store>, CniError> {
+    match config {
+        StoreConfig::Embedded => open(data_dir, wait),
+        StoreConfig::Etcd(config) => Ok(Box::new(etcd::EtcdStore::open(
+            config, node, data_dir, wait,
+        )?)),
+    }
 }
 
 /// Every network whose recorded usage (what the quota check reads) differs from the

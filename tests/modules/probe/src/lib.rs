@@ -24,6 +24,13 @@ struct Probe {
     inspect: Option<String>,
     /// Store writes to stage before anything else, as `key=value`.
     write: Vec<String>,
+    /// A history checker's register: read this key (a decimal number, absent as 0),
+    /// write it back plus one, and answer the number read as the ADD's address.
+    counter: Option<String>,
+    /// A history checker's set: list this prefix, add the entry `<prefix><n>` where n
+    /// is how many it held, and answer n as the ADD's address (a phantom missed by a
+    /// store's isolation shows up as two calls answering the same n).
+    append: Option<String>,
     /// Stage this many entries `flood/<n>` of `floodValueBytes` bytes each; a refused
     /// write fails the call with the SDK's error.
     flood_entries: u64,
@@ -110,7 +117,7 @@ fn escapes() -> Vec<String> {
     escaped
 }
 
-fn run(request: &Request, store: &mut impl Store) -> Result<Probe, Error> {
+fn run(request: &Request, store: &mut impl Store) -> Result<(Probe, Option<u64>), Error> {
     let probe = request.ipam::<Ipam>()?.probe;
     if probe.report_node {
         log::info(&format!("node_name={}", request.node_name()));
@@ -125,6 +132,20 @@ fn run(request: &Request, store: &mut impl Store) -> Result<Probe, Error> {
     for pair in &probe.write {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         store.put(key, value.as_bytes())?;
+    }
+    let mut seen = None;
+    if let Some(key) = &probe.counter {
+        let n: u64 = match store.get(key) {
+            Some(v) => String::from_utf8_lossy(&v).parse().unwrap_or(0),
+            None => 0,
+        };
+        store.put(key, (n + 1).to_string().as_bytes())?;
+        seen = Some(n);
+    }
+    if let Some(prefix) = &probe.append {
+        let n = store.list(prefix).len() as u64;
+        store.put(&format!("{prefix}{n:09}"), b"x")?;
+        seen = Some(n);
     }
     let value = vec![b'v'; probe.flood_value_bytes];
     for n in probe.flood_from..probe.flood_from + probe.flood_entries {
@@ -177,7 +198,7 @@ fn run(request: &Request, store: &mut impl Store) -> Result<Probe, Error> {
         std::hint::black_box(&block);
     }
     match probe.then.as_deref().unwrap_or("ok") {
-        "ok" => Ok(probe),
+        "ok" => Ok((probe, seen)),
         "error" => {
             let msg = match probe.error_bytes {
                 Some(n) => "e".repeat(n),
@@ -204,8 +225,17 @@ fn run(request: &Request, store: &mut impl Store) -> Result<Probe, Error> {
 /// them like any other), so those two run on the host's store as the others do.
 impl IpamModule for ProbeModule {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
-        let probe = run(request, store)?;
+        let (probe, seen) = run(request, store)?;
         let ips = match probe.result_ips {
+            None if seen.is_some() => {
+                let n = seen.unwrap_or_default();
+                vec![IpConfig::new(format!(
+                    "10.{}.{}.{}/8",
+                    (n >> 16) & 255,
+                    (n >> 8) & 255,
+                    n & 255
+                ))]
+            }
             None => vec![IpConfig::new("10.99.0.2/24").gateway("10.99.0.1")],
             Some(n) => (0..n)
                 .map(|i| {

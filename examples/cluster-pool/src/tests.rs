@@ -1,0 +1,221 @@
+//! The module's logic over the SDK's `MemoryStore`: nodes are requests with distinct
+//! node names on one store, as they share one etcd.
+
+use super::*;
+use serde_json::json;
+use wasm_ipam_guest::store::MemoryStore;
+
+fn config(extra: serde_json::Value) -> serde_json::Value {
+    let mut ipam = json!({"cidr": "10.244.0.0/24", "blockSize": 28, "blockGraceSeconds": 60});
+    for (k, v) in extra.as_object().unwrap() {
+        ipam[k] = v.clone();
+    }
+    json!({"cniVersion": "1.1.0", "name": "pods", "ipam": ipam})
+}
+
+fn call(command: Command, node: &str, id: &str, at: u64, conf: &serde_json::Value) -> Request {
+    Request::for_test(command, id, "eth0", conf.clone())
+        .with_node_name(node)
+        .with_lock_granted_at(at)
+}
+
+fn add(store: &mut MemoryStore, node: &str, id: &str, at: u64, conf: &serde_json::Value) -> String {
+    let result = ClusterPool::add(&call(Command::Add, node, id, at, conf), store).unwrap();
+    result.ips[0].address.clone()
+}
+
+fn del(store: &mut MemoryStore, node: &str, id: &str, at: u64, conf: &serde_json::Value) {
+    ClusterPool::del(&call(Command::Del, node, id, at, conf), store).unwrap();
+}
+
+fn block_of(cidr: &str) -> String {
+    let ip: IpAddr = cidr.split('/').next().unwrap().parse().unwrap();
+    Pool::new("10.244.0.0/24".parse().unwrap(), 28)
+        .unwrap()
+        .block_of(ip)
+        .unwrap()
+        .to_string()
+}
+
+fn owner(store: &MemoryStore, block: &str) -> Option<String> {
+    read::<Block>(store, &format!("blk/{block}"))
+        .unwrap()
+        .map(|b| b.node)
+}
+
+#[test]
+fn nodes_claim_their_own_blocks_and_fill_them_first() {
+    let conf = config(json!({}));
+    let mut store = MemoryStore::default();
+    // A /28 block has 13 usable addresses.
+    let a: Vec<String> = (0..14)
+        .map(|i| add(&mut store, "a", &format!("a{i}"), 1, &conf))
+        .collect();
+    let b = add(&mut store, "b", "b0", 1, &conf);
+    let first = block_of(&a[0]);
+    assert!(a[..13].iter().all(|ip| block_of(ip) == first), "{a:?}");
+    assert_ne!(
+        block_of(&a[13]),
+        first,
+        "a full block makes the node claim another"
+    );
+    assert_eq!(owner(&store, &first).as_deref(), Some("a"));
+    assert_eq!(owner(&store, &block_of(&a[13])).as_deref(), Some("a"));
+    assert_eq!(owner(&store, &block_of(&b)).as_deref(), Some("b"));
+    assert!(a.iter().all(|ip| ip.ends_with("/28")));
+    // The gateway is the block's second address; no pod gets it.
+    let result = ClusterPool::add(&call(Command::Add, "b", "b0", 1, &conf), &mut store).unwrap();
+    assert_eq!(
+        result.ips[0].address, b,
+        "an ADD again answers the same address"
+    );
+    let gateway: IpAddr = result.ips[0].gateway.clone().unwrap().parse().unwrap();
+    assert!(
+        a.iter()
+            .chain([&b])
+            .all(|ip| !ip.starts_with(&format!("{gateway}/")))
+    );
+}
+
+#[test]
+fn del_is_idempotent_and_an_empty_block_is_freed_after_its_grace() {
+    let conf = config(json!({}));
+    let mut store = MemoryStore::default();
+    let ip = add(&mut store, "a", "c1", 100, &conf);
+    let block = &block_of(&ip);
+    assert_eq!(owner(&store, block).as_deref(), Some("a"), "{ip}");
+    del(&mut store, "a", "c1", 110, &conf);
+    del(&mut store, "a", "c1", 111, &conf);
+    assert_eq!(
+        owner(&store, block).as_deref(),
+        Some("a"),
+        "kept within the grace"
+    );
+    // The next DEL (of anything) past the grace frees it.
+    del(&mut store, "a", "unknown", 171, &conf);
+    assert_eq!(owner(&store, block), None);
+    assert!(store.list("aff/a/").is_empty());
+    assert_eq!(
+        read::<BTreeSet<IpNet>>(&store, "pool/10.244.0.0/24")
+            .unwrap()
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn gc_releases_only_this_nodes_stale_attachments() {
+    let conf = config(json!({}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "a", "keep", 1, &conf);
+    add(&mut store, "a", "stale", 1, &conf);
+    add(&mut store, "b", "other", 1, &conf);
+    let valid = [Attachment {
+        container_id: "keep".into(),
+        ifname: "eth0".into(),
+    }];
+    ClusterPool::gc(&call(Command::Gc, "a", "", 2, &conf), &valid, &mut store).unwrap();
+    let held: Vec<String> =
+        ClusterPool::allocations(&Context::for_test("pods", Some(conf.clone())), &store)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.container_id)
+            .collect();
+    assert_eq!(held, ["keep", "other"]);
+}
+
+#[test]
+fn a_sticky_pod_gets_its_address_back_on_another_node_and_nobody_else_does_meanwhile() {
+    let conf = config(json!({"stickySeconds": 300}));
+    let mut store = MemoryStore::default();
+    let pod = [("K8S_POD_NAMESPACE", "db"), ("K8S_POD_NAME", "db-0")];
+    let first = ClusterPool::add(
+        &call(Command::Add, "a", "c1", 10, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    ClusterPool::del(
+        &call(Command::Del, "a", "c1", 20, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    // Node a's next pod does not get the kept address.
+    let other = add(&mut store, "a", "c2", 30, &conf);
+    assert_ne!(other, first.ips[0].address);
+    // The pod, rescheduled on node b, gets it back.
+    let again = ClusterPool::add(
+        &call(Command::Add, "b", "c3", 40, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    assert_eq!(again.ips[0].address, first.ips[0].address);
+    assert!(store.get("sticky/db/db-0").is_none());
+
+    // Past its retention the address is free for anyone.
+    ClusterPool::del(
+        &call(Command::Del, "b", "c3", 50, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    let late = ClusterPool::add(
+        &call(Command::Add, "b", "c4", 50 + 301, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    assert_ne!(late.ips[0].address, "", "an address all the same");
+    let held: Vec<_> =
+        ClusterPool::allocations(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
+    assert_eq!(held.len(), 2, "{held:?}");
+}
+
+#[test]
+fn requested_addresses_and_dual_stack() {
+    let conf = config(json!({"cidr": ["10.244.0.0/24", "fd00:10::/120"], "blockSizeV6": 124}));
+    let mut store = MemoryStore::default();
+    let result = ClusterPool::add(
+        &call(Command::Add, "a", "c1", 1, &conf).with_args(&[("IP", "10.244.0.200")]),
+        &mut store,
+    )
+    .unwrap();
+    let addresses: Vec<&str> = result.ips.iter().map(|i| i.address.as_str()).collect();
+    assert_eq!(addresses[0], "10.244.0.200/28");
+    assert!(
+        addresses[1].starts_with("fd00:10::") && addresses[1].ends_with("/124"),
+        "{addresses:?}"
+    );
+    assert_eq!(owner(&store, "10.244.0.192/28").as_deref(), Some("a"));
+    let taken = ClusterPool::add(
+        &call(Command::Add, "b", "c2", 1, &conf).with_args(&[("IP", "10.244.0.200")]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert!(taken.msg.contains("held by"), "{taken:?}");
+    let gateway = ClusterPool::add(
+        &call(Command::Add, "b", "c3", 1, &conf).with_args(&[("IP", "10.244.0.193")]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(gateway.code, code::INVALID_NETWORK_CONFIG);
+}
+
+#[test]
+fn a_full_pool_says_so_and_pools_count_blocks() {
+    let conf = config(json!({"cidr": "10.9.0.0/27", "blockSize": 28}));
+    let mut store = MemoryStore::default();
+    for i in 0..26 {
+        add(
+            &mut store,
+            if i % 2 == 0 { "a" } else { "b" },
+            &format!("c{i}"),
+            1,
+            &conf,
+        );
+    }
+    let err = ClusterPool::add(&call(Command::Add, "c", "full", 1, &conf), &mut store).unwrap_err();
+    assert!(err.msg.contains("no free block"), "{err:?}");
+    let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
+    let in_use: u64 = rows.iter().map(|r| r.in_use).sum();
+    assert_eq!(in_use, 26);
+    assert_eq!(rows.last().unwrap().free, Some(0), "{:?}", rows.last());
+}

@@ -1,0 +1,693 @@
+//! The cluster-wide store on etcd (`"store": {"type": "etcd", ...}`): one network's
+//! entries shared by every node, with the embedded store's guarantee kept across the
+//! cluster — a call's writes take effect all together or not at all, and as if the
+//! call had run alone.
+//!
+//! Optimistic transactions. Every read of one attempt is made at one revision (the
+//! first read's), so the handler sees one consistent snapshot; the store remembers
+//! each key it read with its modification revision (0: absent) and each prefix it
+//! listed. The commit is one etcd `Txn` whose compares check that nothing read has
+//! changed since: each key still has the revision it was read at (so a deleted key
+//! fails, and a key read as absent must still be absent), and no key under a listed
+//! prefix was modified or created after the snapshot. A failed compare is a
+//! conflict: nothing is written, [`Store::conflicted`] says so, and the call path
+//! runs the handler again on a fresh instance and a fresh snapshot while its
+//! deadline allows. Together the compares give serializability: a committed call's
+//! reads are exactly what they would have been had it run alone at its commit.
+//!
+//! Every etcd request, and every wait for the node's rate limiter before one, is
+//! bounded by the call's remaining budget; running out is code 11 (try again later)
+//! naming what was waited for. The client runs on a runtime thread of its own because
+//! the store is called from inside the engine's runtime, which must not block on
+//! another.
+//!
+//! Keys: `<prefix>n/<network>/e/<key>` (entries), `<prefix>n/<network>/u/<node>`
+//! (each node's net change to the network's size, summed for the quota),
+//! `<prefix>s/<network>` (which module serves it). A network name's `%` and `/` are
+//! escaped so no name reaches into another's keys.
+
+use super::{
+    Changes, Quota, Records, ServedBy, Store, Usage, Written, check_quota, entry_bytes, too_late,
+    usage_problems,
+};
+use crate::config::EtcdConfig;
+use crate::error::{CniError, code};
+use etcd_client::{
+    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KeyValue,
+    KvClient, TlsOptions, Txn, TxnOp,
+};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+mod rate;
+
+/// The longest a connect to one member may take before the next member is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause before trying every member again once each has failed.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+pub use rate::RateLimiter;
+
+/// What one call did with etcd, for its log line and the metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Figures {
+    /// Requests sent (reads and transactions).
+    pub requests: u64,
+    /// Commits refused because another writer changed what the call read.
+    pub conflicts: u64,
+    /// Time spent waiting for etcd's answers.
+    pub etcd_time: Duration,
+    /// Time spent waiting for the node's rate limiter.
+    pub rate_wait: Duration,
+}
+
+pub struct EtcdStore {
+    runtime: tokio::runtime::Runtime,
+    /// One client per endpoint: a request that cannot reach one member is sent to
+    /// the next, so a cluster with a member down keeps serving.
+    clients: Vec<KvClient>,
+    /// The endpoint tried first: spread over the members by node name.
+    first: usize,
+    prefix: String,
+    node: String,
+    max_txn_ops: usize,
+    until: Instant,
+    endpoints: String,
+    /// The store is read through `&self` ([`Store::get`]); what reads record lives here.
+    state: RefCell<State>,
+}
+
+#[derive(Default)]
+struct State {
+    limiter: Option<RateLimiter>,
+    /// The revision every read of this attempt sees, fixed by its first read.
+    snapshot: Option<i64>,
+    /// Each key read, with its modification revision (0: absent) and value length.
+    reads: BTreeMap<Vec<u8>, (i64, u64)>,
+    /// Each prefix listed.
+    listed: BTreeSet<Vec<u8>>,
+    conflicted: bool,
+    figures: Figures,
+    served_by: Option<(String, ServedBy)>,
+}
+
+/// The answer of a request that may have found the snapshot compacted away.
+enum Read {
+    Kvs(Vec<KeyValue>),
+    Compacted,
+}
+
+impl EtcdStore {
+    /// Connects to `config`'s endpoints as node `node`, with `wait` as the budget of
+    /// everything this store does; `data_dir` keeps the node's rate-limiter state.
+    pub fn open(
+        config: &EtcdConfig,
+        node: &str,
+        data_dir: &Path,
+        wait: Duration,
+    ) -> Result<Self, CniError> {
+        let until = Instant::now() + wait;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                CniError::new(code::IO_FAILURE, "etcd: cannot start the client's runtime")
+                    .with_details(e)
+            })?;
+        // A member that does not answer a connect within this is skipped for the
+        // next: one blackholed member must not eat the call's whole budget.
+        let connect_timeout = wait.min(CONNECT_TIMEOUT);
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(connect_timeout)
+            .with_timeout(wait);
+        if let Some(tls) = &config.tls {
+            let read = |path: &Path| {
+                std::fs::read(path).map_err(|e| {
+                    CniError::config(format!("ipam.store.tls: cannot read {}", path.display()))
+                        .with_details(e)
+                })
+            };
+            let mut options_tls =
+                TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+            if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+                options_tls = options_tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+            }
+            options = options.with_tls(options_tls);
+        }
+        let mut clients = Vec::new();
+        for endpoint in &config.endpoints {
+            // Connecting is lazy: nothing is sent until the first request.
+            let connect = runtime.block_on(async {
+                tokio::time::timeout(wait, Client::connect([endpoint], Some(options.clone()))).await
+            });
+            match connect {
+                Ok(Ok(client)) => clients.push(client.kv_client()),
+                Ok(Err(e)) => return Err(etcd_error("connect", endpoint, e)),
+                Err(_) => return Err(out_of_budget("connecting", endpoint)),
+            }
+        }
+        let limiter = RateLimiter::open(data_dir, config.qps, config.burst)?;
+        let first = node.bytes().fold(0usize, |h, b| {
+            h.wrapping_mul(31).wrapping_add(usize::from(b))
+        }) % clients.len();
+        Ok(EtcdStore {
+            clients,
+            first,
+            runtime,
+            prefix: config.prefix.clone(),
+            node: node.to_string(),
+            max_txn_ops: config.max_txn_ops,
+            until,
+            endpoints: config.endpoints.join(","),
+            state: RefCell::new(State {
+                limiter: Some(limiter),
+                ..State::default()
+            }),
+        })
+    }
+
+    /// What this store did with etcd so far.
+    pub fn figures(&self) -> Figures {
+        self.state.borrow().figures
+    }
+
+    fn network_key(&self, network: &str) -> String {
+        let escaped = network.replace('%', "%25").replace('/', "%2F");
+        format!("{}n/{escaped}/", self.prefix)
+    }
+
+    fn entry_key(&self, network: &str, key: &str) -> Vec<u8> {
+        format!("{}e/{key}", self.network_key(network)).into_bytes()
+    }
+
+    fn usage_prefix(&self, network: &str) -> Vec<u8> {
+        format!("{}u/", self.network_key(network)).into_bytes()
+    }
+
+    fn served_by_key(&self, network: &str) -> Vec<u8> {
+        format!(
+            "{}s/{}",
+            self.prefix,
+            network.replace('%', "%25").replace('/', "%2F")
+        )
+        .into_bytes()
+    }
+
+    /// Sends one request made by `make` for a member's client: first the rate
+    /// limiter's token, then the request, both within the budget left. A member that
+    /// cannot be reached is passed over for the next; a read is also sent again
+    /// after any other unavailability, a commit only when it surely never left
+    /// (sending it twice could apply it twice).
+    fn request<T, F, Fut>(&self, what: &str, read_only: bool, make: F) -> Result<T, CniError>
+    where
+        T: Send + 'static,
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    {
+        let members = self.clients.len();
+        let mut tries = 0usize;
+        loop {
+            let member = (self.first + tries) % members;
+            match self.send(what, make(self.clients[member].clone())) {
+                Err(Failure::Etcd(e)) if retryable(&e, read_only) => {
+                    tries += 1;
+                    if tries.is_multiple_of(members) {
+                        std::thread::sleep(ROUND_PAUSE.min(self.left()));
+                    }
+                    if self.left().is_zero() {
+                        return Err(etcd_error(what, &self.endpoints, e));
+                    }
+                }
+                Err(Failure::Etcd(e)) => return Err(etcd_error(what, &self.endpoints, e)),
+                Err(Failure::Budget(e)) => return Err(e),
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    fn left(&self) -> Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+
+    /// One try of one request.
+    fn send<T: Send + 'static>(
+        &self,
+        what: &str,
+        fut: impl Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    ) -> Result<T, Failure> {
+        let waited = {
+            let mut state = self.state.borrow_mut();
+            let limiter = state.limiter.as_mut().expect("set at open");
+            limiter.take(self.until, what).map_err(Failure::Budget)?
+        };
+        let left = self.left();
+        if left.is_zero() {
+            return Err(Failure::Budget(out_of_budget(what, &self.endpoints)));
+        }
+        let started = Instant::now();
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = tx.send(tokio::time::timeout(left, fut).await);
+        });
+        let answer = rx.recv_timeout(left + Duration::from_millis(100));
+        {
+            let mut state = self.state.borrow_mut();
+            state.figures.requests += 1;
+            state.figures.etcd_time += started.elapsed();
+            state.figures.rate_wait += waited;
+        }
+        match answer {
+            Ok(Ok(Ok(value))) => Ok(value),
+            Ok(Ok(Err(e))) => Err(Failure::Etcd(e)),
+            Ok(Err(_)) | Err(_) => Err(Failure::Budget(out_of_budget(what, &self.endpoints))),
+        }
+    }
+
+    /// Reads `key` (or every key under it) at this attempt's snapshot, fixing the
+    /// snapshot on the first read.
+    fn read(&self, what: &str, key: Vec<u8>, prefix: bool) -> Result<Read, CniError> {
+        let snapshot = self.state.borrow().snapshot;
+        let mut options = GetOptions::new();
+        if prefix {
+            options = options.with_prefix();
+        }
+        if let Some(revision) = snapshot {
+            options = options.with_revision(revision);
+        }
+        let answer = self.request(what, true, |mut kv| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        });
+        let mut response = match answer {
+            Ok(response) => response,
+            Err(e) if e.details.contains("required revision has been compacted") => {
+                return Ok(Read::Compacted);
+            }
+            Err(e) => return Err(e),
+        };
+        let revision = response.header().map_or(0, |h| h.revision());
+        self.state.borrow_mut().snapshot.get_or_insert(revision);
+        Ok(Read::Kvs(response.take_kvs()))
+    }
+
+    /// [`EtcdStore::read`] for the handler: the keys it sees are recorded, so the
+    /// commit can check them; a compacted snapshot is a conflict.
+    fn guarded_read(&self, key: Vec<u8>, prefix: bool) -> Result<Vec<KeyValue>, CniError> {
+        let kvs = match self.read("read", key.clone(), prefix)? {
+            Read::Kvs(kvs) => kvs,
+            Read::Compacted => {
+                self.state.borrow_mut().conflicted = true;
+                return Err(conflict("its snapshot was compacted away"));
+            }
+        };
+        let mut state = self.state.borrow_mut();
+        if prefix {
+            state.listed.insert(key);
+        } else if kvs.is_empty() {
+            state.reads.insert(key, (0, 0));
+        }
+        for kv in &kvs {
+            state.reads.insert(
+                kv.key().to_vec(),
+                (kv.mod_revision(), kv.value().len() as u64),
+            );
+        }
+        Ok(kvs)
+    }
+
+    /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
+    /// is checked against the sum as of the snapshot, see docs/cluster.md).
+    fn usage_rows(&self, network: &str) -> Result<Vec<(String, Usage, i64)>, CniError> {
+        let prefix = self.usage_prefix(network);
+        let kvs = match self.read("read usage", prefix.clone(), true)? {
+            Read::Kvs(kvs) => kvs,
+            Read::Compacted => {
+                self.state.borrow_mut().conflicted = true;
+                return Err(conflict("its snapshot was compacted away"));
+            }
+        };
+        kvs.iter()
+            .map(|kv| {
+                let node = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
+                let usage: SignedUsage = serde_json::from_slice(kv.value()).map_err(|e| {
+                    CniError::new(code::STORE_FAILURE, "etcd: unreadable usage row")
+                        .with_details(format!("{node}: {e}"))
+                })?;
+                Ok((node, usage.into(), kv.mod_revision()))
+            })
+            .collect()
+    }
+}
+
+/// One node's net change to a network's size; negative when it released more than
+/// it added. The network's usage is the sum over nodes.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+struct SignedUsage {
+    entries: i64,
+    bytes: i64,
+}
+
+impl From<SignedUsage> for Usage {
+    fn from(u: SignedUsage) -> Usage {
+        Usage {
+            entries: u.entries.max(0) as u64,
+            bytes: u.bytes.max(0) as u64,
+        }
+    }
+}
+
+fn sum(rows: &[(String, Usage, i64)], own: &str) -> (SignedUsage, SignedUsage, i64) {
+    let mut total = SignedUsage::default();
+    let mut mine = SignedUsage::default();
+    let mut revision = 0;
+    for (node, usage, rev) in rows {
+        total.entries += usage.entries as i64;
+        total.bytes += usage.bytes as i64;
+        if node == own {
+            mine = SignedUsage {
+                entries: usage.entries as i64,
+                bytes: usage.bytes as i64,
+            };
+            revision = *rev;
+        }
+    }
+    (total, mine, revision)
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Dropped inside the engine's runtime on some paths: a runtime must not be
+        // shut down there by blocking.
+        let runtime = std::mem::replace(
+            &mut self.runtime,
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("an idle runtime"),
+        );
+        runtime.shutdown_background();
+    }
+}
+
+fn conflict(why: &str) -> CniError {
+    CniError::new(
+        code::TRY_AGAIN_LATER,
+        format!("etcd: another writer changed what this call read ({why}); nothing was committed"),
+    )
+}
+
+fn out_of_budget(what: &str, endpoints: &str) -> CniError {
+    CniError::new(
+        code::TRY_AGAIN_LATER,
+        format!(
+            "etcd: the call's budget ran out waiting for {what} (endpoints {endpoints}); nothing was committed"
+        ),
+    )
+}
+
+/// Why one try of a request failed.
+enum Failure {
+    Etcd(etcd_client::Error),
+    Budget(CniError),
+}
+
+/// Whether a failed try may be sent again, to the next member: a read after any
+/// unavailability; a commit only when it could not connect, so it never left.
+fn retryable(e: &etcd_client::Error, read_only: bool) -> bool {
+    use etcd_client::Error as E;
+    match e {
+        E::TransportError(_) | E::IoError(_) => true,
+        E::GRpcStatus(status) => {
+            let never_sent =
+                status.code() == tonic::Code::Unavailable && status.message().contains("connect");
+            never_sent || (read_only && status.code() == tonic::Code::Unavailable)
+        }
+        _ => false,
+    }
+}
+
+/// etcd unreachable or unavailable is worth trying again; anything else is a store
+/// failure.
+fn etcd_error(what: &str, endpoints: &str, e: etcd_client::Error) -> CniError {
+    use etcd_client::Error as E;
+    let transient = match &e {
+        E::TransportError(_) | E::IoError(_) => true,
+        E::GRpcStatus(status) => matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Aborted
+        ),
+        _ => false,
+    };
+    let code = if transient {
+        code::TRY_AGAIN_LATER
+    } else {
+        code::STORE_FAILURE
+    };
+    CniError::new(code, format!("etcd: {what} failed (endpoints {endpoints})")).with_details(e)
+}
+
+impl Store for EtcdStore {
+    fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        let kvs = self.guarded_read(self.entry_key(network, key), false)?;
+        Ok(kvs.first().map(|kv| kv.value().to_vec()))
+    }
+
+    fn visit_prefix(
+        &self,
+        network: &str,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), CniError> {
+        let entries = self.entry_key(network, "");
+        let kvs = self.guarded_read(self.entry_key(network, prefix), true)?;
+        for kv in &kvs {
+            let key = String::from_utf8_lossy(&kv.key()[entries.len()..]);
+            if visit(&key, kv.value()).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
+        let all = format!("{}n/", self.prefix).into_bytes();
+        let key = match network {
+            Some(network) => self.network_key(network).into_bytes(),
+            None => all.clone(),
+        };
+        let Read::Kvs(kvs) = self.read("list entries", key, true)? else {
+            return Err(conflict("its snapshot was compacted away"));
+        };
+        let mut out = Vec::new();
+        for kv in kvs {
+            let rest = String::from_utf8_lossy(&kv.key()[all.len()..]).into_owned();
+            let Some((escaped, tail)) = rest.split_once('/') else {
+                continue;
+            };
+            let Some(key) = tail.strip_prefix("e/") else {
+                continue;
+            };
+            let network = escaped.replace("%2F", "/").replace("%25", "%");
+            out.push((network, key.to_string(), kv.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn commit_written(
+        &mut self,
+        network: &str,
+        changes: &Changes,
+        quota: Quota,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<Written, CniError> {
+        if changes.is_empty() {
+            return Ok(Written::durable());
+        }
+        // Each changed key's size before, for the usage change; read (and so checked)
+        // if the handler did not read it itself.
+        for key in changes.keys() {
+            let full = self.entry_key(network, key);
+            if !self.state.borrow().reads.contains_key(&full) {
+                self.guarded_read(full, false)?;
+            }
+        }
+        let rows = self.usage_rows(network)?;
+        let (total, mine, own_revision) = sum(&rows, &self.node);
+        let mut delta = SignedUsage::default();
+        {
+            let state = self.state.borrow();
+            for (key, change) in changes {
+                let (revision, old_len) = state.reads[&self.entry_key(network, key)];
+                if revision != 0 {
+                    delta.entries -= 1;
+                    delta.bytes -= (key.len() as u64 + old_len) as i64;
+                }
+                if let Some(value) = change {
+                    delta.entries += 1;
+                    delta.bytes += entry_bytes(key, value) as i64;
+                }
+            }
+        }
+        let after = SignedUsage {
+            entries: total.entries + delta.entries,
+            bytes: total.bytes + delta.bytes,
+        };
+        check_quota(network, total.into(), after.into(), quota)?;
+
+        let state = self.state.borrow();
+        let snapshot = state.snapshot.expect("fixed by the reads above");
+        let mut compares = Vec::new();
+        for (key, (revision, _)) in &state.reads {
+            compares.push(match revision {
+                0 => Compare::version(key.clone(), CompareOp::Equal, 0),
+                r => Compare::mod_revision(key.clone(), CompareOp::Equal, *r),
+            });
+        }
+        for prefix in &state.listed {
+            compares.push(
+                Compare::mod_revision(prefix.clone(), CompareOp::Less, snapshot + 1).with_prefix(),
+            );
+        }
+        let own_key = [self.usage_prefix(network), self.node.as_bytes().to_vec()].concat();
+        compares.push(match own_revision {
+            0 => Compare::version(own_key.clone(), CompareOp::Equal, 0),
+            r => Compare::mod_revision(own_key.clone(), CompareOp::Equal, r),
+        });
+        let mut ops: Vec<TxnOp> = changes
+            .iter()
+            .map(|(key, change)| {
+                let full = self.entry_key(network, key);
+                match change {
+                    Some(value) => TxnOp::put(full, value.clone(), None),
+                    None => TxnOp::delete(full, None),
+                }
+            })
+            .collect();
+        let mine = SignedUsage {
+            entries: mine.entries + delta.entries,
+            bytes: mine.bytes + delta.bytes,
+        };
+        ops.push(TxnOp::put(
+            own_key,
+            serde_json::to_vec(&mine).expect("serialisable"),
+            None,
+        ));
+        if let Some((net, record)) = &state.served_by
+            && net == network
+        {
+            ops.push(TxnOp::put(
+                self.served_by_key(network),
+                serde_json::to_vec(record).expect("serialisable"),
+                None,
+            ));
+        }
+        let most = compares.len().max(ops.len());
+        if most > self.max_txn_ops {
+            return Err(CniError::new(
+                code::LIMIT_EXCEEDED,
+                format!(
+                    "etcd: this call's commit needs {most} compares or writes in one transaction, over ipam.store.maxTxnOps ({}, etcd's --max-txn-ops); nothing was committed",
+                    self.max_txn_ops
+                ),
+            )
+            .with_details(format!(
+                "{} keys read, {} prefixes listed, {} changes",
+                state.reads.len(),
+                state.listed.len(),
+                changes.len()
+            )));
+        }
+        drop(state);
+        if expired() {
+            return Err(too_late(changes));
+        }
+        let txn = Txn::new().when(compares).and_then(ops);
+        let response = self.request("commit", false, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        if !response.succeeded() {
+            let mut state = self.state.borrow_mut();
+            state.conflicted = true;
+            state.figures.conflicts += 1;
+            return Err(conflict("a compare of the commit failed"));
+        }
+        // etcd answers once a quorum has the commit on disk.
+        Ok(Written::durable())
+    }
+
+    fn usage(&self, network: &str) -> Result<Usage, CniError> {
+        let rows = self.usage_rows(network)?;
+        Ok(sum(&rows, "").0.into())
+    }
+
+    fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
+        self.state.borrow_mut().served_by = Some((network.to_string(), served_by.clone()));
+    }
+
+    fn served_by(&self) -> Result<Records, CniError> {
+        let prefix = format!("{}s/", self.prefix).into_bytes();
+        let Read::Kvs(kvs) = self.read("list networks", prefix.clone(), true)? else {
+            return Err(conflict("its snapshot was compacted away"));
+        };
+        Ok(kvs
+            .iter()
+            .map(|kv| {
+                let network = String::from_utf8_lossy(&kv.key()[prefix.len()..])
+                    .replace("%2F", "/")
+                    .replace("%25", "%");
+                let record = std::str::from_utf8(kv.value())
+                    .map_err(|e| e.to_string())
+                    .and_then(ServedBy::from_json);
+                (network, record)
+            })
+            .collect())
+    }
+
+    fn forget(&mut self, network: &str) -> Result<u64, CniError> {
+        let held = self.entries(Some(network))?.len() as u64;
+        let txn = Txn::new().and_then(vec![
+            TxnOp::delete(
+                self.network_key(network),
+                Some(etcd_client::DeleteOptions::new().with_prefix()),
+            ),
+            TxnOp::delete(self.served_by_key(network), None),
+        ]);
+        self.request("forget", false, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        Ok(held)
+    }
+
+    fn check(&self) -> Result<Vec<String>, CniError> {
+        usage_problems(self)
+    }
+
+    fn backup(&self, _to: &Path) -> Result<(), CniError> {
+        Err(CniError::new(
+            code::STORE_FAILURE,
+            "the etcd store is backed up by etcd itself: `etcdctl snapshot save` (see docs/cluster.md)",
+        ))
+    }
+
+    fn conflicted(&self) -> bool {
+        self.state.borrow().conflicted
+    }
+
+    fn begin(&mut self) {
+        let mut state = self.state.borrow_mut();
+        state.snapshot = None;
+        state.reads.clear();
+        state.listed.clear();
+        state.conflicted = false;
+    }
+
+    fn etcd_figures(&self) -> Option<Figures> {
+        Some(self.figures())
+    }
+}

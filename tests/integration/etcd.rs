@@ -1,0 +1,857 @@
+//! The etcd store (`"store": {"type": "etcd"}`) against a real etcd: Debian's
+//! etcd-server, started by each test on loopback on free ports in a temporary
+//! directory, and killed when the test ends. Nodes are simulated as the cluster
+//! issue asks: each has its own lock file, data dir and `nodeName`.
+
+use crate::harness::*;
+use serde_json::{Value, json};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ETCD: &str = "/usr/bin/etcd";
+const ETCDCTL: &str = "/usr/bin/etcdctl";
+
+/// An etcd cluster of one or more members on loopback.
+pub struct Etcd {
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    token: String,
+}
+
+struct Member {
+    name: String,
+    client: u16,
+    peer: u16,
+    child: Option<Child>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Etcd {
+    /// Starts `members` members and waits until the cluster answers.
+    pub fn start(members: usize) -> Etcd {
+        assert!(
+            Path::new(ETCD).exists() && Path::new(ETCDCTL).exists(),
+            "the etcd tests need Debian's etcd-server and etcd-client (scripts/test.sh installs them)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let token = format!(
+            "wasm-ipam-test-{}-{}",
+            std::process::id(),
+            dir.path().file_name().unwrap().to_string_lossy()
+        );
+        let mut etcd = Etcd {
+            dir,
+            members: (0..members)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client: free_port(),
+                    peer: free_port(),
+                    child: None,
+                })
+                .collect(),
+            token,
+        };
+        for i in 0..members {
+            etcd.spawn(i, None);
+        }
+        etcd.wait_healthy();
+        etcd
+    }
+
+    /// Starts a one-member etcd serving TLS: server certificate `cert`/`key`, clients
+    /// must present a certificate signed by `ca`.
+    pub fn start_tls(ca: &Path, cert: &Path, key: &Path) -> Etcd {
+        let mut etcd = Etcd::start_stopped(1);
+        etcd.spawn(0, Some((ca, cert, key)));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = format!("https://127.0.0.1:{}", etcd.members[0].client);
+        loop {
+            let ok = Command::new(ETCDCTL)
+                .args(["--endpoints", &url, "--cacert"])
+                .arg(ca)
+                .arg("--cert")
+                .arg(cert)
+                .arg("--key")
+                .arg(key)
+                .args(["endpoint", "health"])
+                .env("ETCDCTL_API", "3")
+                .output()
+                .unwrap()
+                .status
+                .success();
+            if ok {
+                return etcd;
+            }
+            assert!(Instant::now() < deadline, "etcd (TLS) never became healthy");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn start_stopped(members: usize) -> Etcd {
+        let dir = tempfile::tempdir().unwrap();
+        Etcd {
+            token: format!("wasm-ipam-test-{}", std::process::id()),
+            dir,
+            members: (0..members)
+                .map(|i| Member {
+                    name: format!("m{i}"),
+                    client: free_port(),
+                    peer: free_port(),
+                    child: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn spawn(&mut self, i: usize, tls: Option<(&Path, &Path, &Path)>) {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let cluster: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
+            .collect();
+        let m = &self.members[i];
+        let client_url = format!("{scheme}://127.0.0.1:{}", m.client);
+        let peer_url = format!("http://127.0.0.1:{}", m.peer);
+        let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
+        let mut cmd = Command::new(ETCD);
+        cmd.arg("--name")
+            .arg(&m.name)
+            .arg("--data-dir")
+            .arg(self.dir.path().join(&m.name))
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args(["--initial-cluster-token", &self.token])
+            .args(["--initial-cluster-state", "new"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if let Some((ca, cert, key)) = tls {
+            cmd.arg("--cert-file")
+                .arg(cert)
+                .arg("--key-file")
+                .arg(key)
+                .arg("--trusted-ca-file")
+                .arg(ca)
+                .arg("--client-cert-auth");
+        }
+        self.members[i].child = Some(cmd.spawn().expect("etcd starts"));
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect()
+    }
+
+    /// The `ipam.store` for these endpoints under `prefix`.
+    pub fn store(&self, prefix: &str) -> Value {
+        json!({"type": "etcd", "endpoints": self.endpoints(), "prefix": prefix})
+    }
+
+    /// Kills member `i` at once, as a crash would.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data and ports, and waits until it answers.
+    pub fn restart(&mut self, i: usize) {
+        self.spawn(i, None);
+        self.wait_healthy();
+    }
+
+    /// `etcdctl` against the live members; stdout.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let live: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| m.child.is_some())
+            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .collect();
+        let out = Command::new(ETCDCTL)
+            .arg("--endpoints")
+            .arg(live.join(","))
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The keys under `prefix`, in order.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.ctl(&["get", "--prefix", "--keys-only", prefix])
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let live: Vec<String> = self
+                .members
+                .iter()
+                .filter(|m| m.child.is_some())
+                .map(|m| format!("http://127.0.0.1:{}", m.client))
+                .collect();
+            let ok = Command::new(ETCDCTL)
+                .arg("--endpoints")
+                .arg(live.join(","))
+                .args(["endpoint", "health"])
+                .env("ETCDCTL_API", "3")
+                .stderr(Stdio::null())
+                .stdout(Stdio::null())
+                .status()
+                .unwrap()
+                .success();
+            if ok {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd never became healthy: {}",
+                std::fs::read_to_string(self.dir.path().join("m0.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// A node of the simulated cluster, named `name`.
+fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Value) -> Value {
+    let mut conf = node.netconf("1.1.0", module, ipam);
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] = store.clone();
+    conf
+}
+
+fn write_conf(node: &Node, conf: &Value) -> PathBuf {
+    let path = node.dir.path().join("net.conf");
+    std::fs::write(&path, conf.to_string()).unwrap();
+    path
+}
+
+/// The last invocation line of a node's log.
+fn last_call(node: &Node) -> Value {
+    node.log_lines("invocation").pop().expect("a logged call")
+}
+
+#[test]
+fn an_add_and_a_del_go_to_etcd_and_every_node_sees_them() {
+    let etcd = Etcd::start(1);
+    let store = etcd.store("/t/");
+    let (a, b) = (Node::new(), Node::new());
+    let ipam = json!({"subnet": "10.80.0.0/24"});
+    let conf_a = node_conf(&a, "node-a", &host_local_module(), &store, ipam.clone());
+    let conf_b = node_conf(&b, "node-b", &host_local_module(), &store, ipam);
+
+    let first = Call::new("ADD", "c1").run(&conf_a);
+    assert_eq!(first.address(), "10.80.0.2/24");
+    // Node b shares the pool: it sees node a's allocation and takes the next address.
+    assert_eq!(
+        Call::new("ADD", "c2").run(&conf_b).address(),
+        "10.80.0.3/24"
+    );
+    let entries = etcd.keys("/t/n/testnet/e/");
+    assert!(
+        entries.iter().any(|k| k.contains("10.80.0.2"))
+            && entries.iter().any(|k| k.contains("10.80.0.3")),
+        "{entries:?}"
+    );
+    assert!(
+        a.store_entries("testnet").is_empty(),
+        "nothing in the embedded store"
+    );
+    assert_eq!(
+        etcd.keys("/t/s/"),
+        ["/t/s/testnet"],
+        "the record of who serves it"
+    );
+    let line = last_call(&a);
+    assert!(line["etcd_requests"].as_u64().unwrap() >= 3, "{line}");
+    assert_eq!(line["store_retries"], 0);
+
+    // A DEL from the other node frees c1's address cluster-wide.
+    Call::new("DEL", "c1").run(&conf_b).ok();
+    Call::new("DEL", "c1").run(&conf_b).ok();
+    let entries = etcd.keys("/t/n/testnet/e/");
+    assert!(
+        !entries.iter().any(|k| k.contains("10.80.0.2")),
+        "{entries:?}"
+    );
+
+    // The operators' view reads etcd through the module's inspect export.
+    let conf_file = write_conf(&a, &conf_a);
+    let (ok, stdout, stderr) = operator_output([
+        "list".as_ref(),
+        "--json".as_ref(),
+        "--netconf".as_ref(),
+        conf_file.as_os_str(),
+        "--lock-file".as_ref(),
+        a.lock_file().as_os_str(),
+        "--data-dir".as_ref(),
+        a.data_dir().as_os_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("10.80.0.3") && stdout.contains("c2"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("10.80.0.2"), "{stdout}");
+}
+
+/// One call of the history: when it ran (as the test saw it) and what it answered.
+struct Event {
+    start: Instant,
+    end: Instant,
+    node: usize,
+    value: Option<u64>,
+}
+
+/// The number a probe's `counter`/`append` call read, from its ADD's address.
+fn value_of(reply: &Reply) -> u64 {
+    let ip = reply.address().split('/').next().unwrap();
+    let o: Vec<u64> = ip.split('.').map(|x| x.parse().unwrap()).collect();
+    (o[1] << 16) | (o[2] << 8) | o[3]
+}
+
+/// Runs `per_node` ADDs on each of `nodes` simulated nodes at once (each node's calls
+/// all started together, so they queue on its lock while the nodes race each other
+/// in etcd); every `fail_every`th call of a node fails after writing (the host must
+/// commit none of it).
+fn history(
+    etcd: &Etcd,
+    probe: Value,
+    nodes: usize,
+    per_node: usize,
+    fail_every: usize,
+) -> (Vec<Event>, Vec<Node>) {
+    let store = etcd.store("/h/");
+    let cluster: Vec<Node> = (0..nodes).map(|_| Node::new()).collect();
+    let started = Instant::now();
+    let events = std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        for (n, node) in cluster.iter().enumerate() {
+            for i in 0..per_node {
+                let mut probe = probe.clone();
+                let fails = fail_every > 0 && i % fail_every == fail_every - 1;
+                if fails {
+                    probe["then"] = "error".into();
+                }
+                let conf = node_conf(
+                    node,
+                    &format!("node-{n}"),
+                    &probe_module(),
+                    &store,
+                    json!({"probe": probe, "deadlineSeconds": 60}),
+                );
+                handles.push(s.spawn(move || {
+                    let id = format!("n{n}c{i}");
+                    let start = Instant::now();
+                    let reply = Call::new("ADD", &id).run(&conf);
+                    let end = Instant::now();
+                    let value = if fails {
+                        assert_eq!(reply.error_code(), 142, "{reply:?}");
+                        None
+                    } else {
+                        Some(value_of(&reply))
+                    };
+                    Event {
+                        start,
+                        end,
+                        node: n,
+                        value,
+                    }
+                }));
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    eprintln!("{} calls in {:?}", events.len(), started.elapsed());
+    (events, cluster)
+}
+
+/// The history checker: the committed calls' values are exactly 0..n, each once (no
+/// lost update, no phantom), and respect real time: a call that ended before another
+/// began read a smaller value (strict serializability of the register or set).
+fn check_history(events: &[Event]) -> u64 {
+    let mut values: Vec<u64> = events.iter().filter_map(|e| e.value).collect();
+    values.sort_unstable();
+    let n = values.len() as u64;
+    assert_eq!(
+        values,
+        (0..n).collect::<Vec<_>>(),
+        "each value read exactly once"
+    );
+    for a in events {
+        for b in events {
+            if let (Some(va), Some(vb)) = (a.value, b.value)
+                && a.end < b.start
+            {
+                assert!(
+                    va < vb,
+                    "call on node {} ended before one on node {} began, yet read {va} >= {vb}",
+                    a.node,
+                    b.node
+                );
+            }
+        }
+    }
+    n
+}
+
+fn retries(cluster: &[Node]) -> (u64, u64) {
+    let lines: Vec<Value> = cluster
+        .iter()
+        .flat_map(|n| n.log_lines("invocation"))
+        .collect();
+    let total = lines
+        .iter()
+        .map(|l| l["store_retries"].as_u64().unwrap())
+        .sum();
+    let most = lines
+        .iter()
+        .map(|l| l["store_retries"].as_u64().unwrap())
+        .max()
+        .unwrap_or(0);
+    (total, most)
+}
+
+#[test]
+fn concurrent_read_modify_writes_across_nodes_are_serializable() {
+    let etcd = Etcd::start(1);
+    let (events, cluster) = history(&etcd, json!({"counter": "ctr", "sleepMs": 20}), 3, 12, 4);
+    let committed = check_history(&events);
+    assert_eq!(committed, 27);
+    let stored = etcd.ctl(&["get", "--print-value-only", "/h/n/testnet/e/ctr"]);
+    assert_eq!(stored.trim(), "27", "the failed calls committed nothing");
+    let (total, most) = retries(&cluster);
+    eprintln!("conflict retries: {total} in all, at most {most} in one call");
+    assert!(total > 0, "three nodes racing on one key must conflict");
+}
+
+#[test]
+fn concurrent_appends_under_a_listed_prefix_are_serializable() {
+    let etcd = Etcd::start(1);
+    let (events, cluster) = history(&etcd, json!({"append": "m/", "sleepMs": 20}), 3, 10, 5);
+    let committed = check_history(&events);
+    assert_eq!(committed, 24);
+    assert_eq!(
+        etcd.keys("/h/n/testnet/e/m/").len(),
+        24,
+        "one entry per committed call"
+    );
+    let (total, _) = retries(&cluster);
+    assert!(
+        total > 0,
+        "three nodes appending under one prefix must conflict"
+    );
+}
+
+#[test]
+fn with_etcd_down_calls_answer_11_within_their_deadline_and_succeed_once_it_is_back() {
+    let mut etcd = Etcd::start(1);
+    let store = etcd.store("/d/");
+    let node = Node::new();
+    let mut conf = node_conf(
+        &node,
+        "node-a",
+        &host_local_module(),
+        &store,
+        json!({"subnet": "10.81.0.0/24"}),
+    );
+    Call::new("ADD", "c1").run(&conf).ok();
+    let before = etcd.keys("/d/");
+
+    etcd.kill(0);
+    conf["ipam"]["deadlineSeconds"] = 3.into();
+    for (command, id) in [("ADD", "c2"), ("DEL", "c1")] {
+        let started = Instant::now();
+        let reply = Call::new(command, id).run(&conf);
+        let took = started.elapsed();
+        assert_eq!(reply.error_code(), 11, "{command}: {reply:?}");
+        assert!(reply.msg().contains("etcd"), "{reply:?}");
+        // The deadline bounds the work under the lock; the rest is process start and
+        // module load, small beside the margin.
+        assert!(
+            took < Duration::from_secs(3 + 10),
+            "{command} took {took:?}"
+        );
+    }
+
+    etcd.restart(0);
+    assert_eq!(
+        etcd.keys("/d/"),
+        before,
+        "nothing was written while etcd was down"
+    );
+    assert_eq!(Call::new("ADD", "c2").run(&conf).address(), "10.81.0.3/24");
+    Call::new("DEL", "c1").run(&conf).ok();
+    let entries = etcd.keys("/d/n/testnet/e/");
+    assert!(
+        entries.iter().any(|k| k.contains("10.81.0.3")),
+        "{entries:?}"
+    );
+    assert!(
+        !entries.iter().any(|k| k.contains("10.81.0.2")),
+        "{entries:?}"
+    );
+}
+
+#[test]
+fn a_three_member_cluster_keeps_serving_with_one_member_killed() {
+    let mut etcd = Etcd::start(3);
+    let store = etcd.store("/q/");
+    let node = Node::new();
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &host_local_module(),
+        &store,
+        json!({"subnet": "10.82.0.0/24", "deadlineSeconds": 20}),
+    );
+    Call::new("ADD", "c0").run(&conf).ok();
+    // The first endpoint the store is given is the one killed.
+    etcd.kill(0);
+    for i in 1..=5 {
+        let reply = Call::new("ADD", &format!("c{i}")).run(&conf);
+        assert_eq!(reply.address(), format!("10.82.0.{}/24", i + 2));
+    }
+    Call::new("DEL", "c3").run(&conf).ok();
+    let held = etcd.keys("/q/n/testnet/e/ip/");
+    assert_eq!(held.len(), 5, "{held:?}");
+    assert!(!held.iter().any(|k| k.ends_with("10.82.0.5")), "{held:?}");
+}
+
+#[test]
+fn the_rate_limiter_never_makes_a_call_outlive_its_deadline() {
+    let etcd = Etcd::start(1);
+    let mut store = etcd.store("/r/");
+    store["qps"] = 2.into();
+    store["burst"] = 2.into();
+    let node = Node::new();
+    // Twenty listings at two requests a second need ten seconds; the budget is two.
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &probe_module(),
+        &store,
+        json!({"probe": {"listPrefix": "x/", "listTimes": 20}, "deadlineSeconds": 2}),
+    );
+    let started = Instant::now();
+    let reply = Call::new("ADD", "c1").run(&conf);
+    let took = started.elapsed();
+    assert_eq!(reply.error_code(), 11, "{reply:?}");
+    assert!(reply.msg().contains("rate limiter"), "{reply:?}");
+    assert!(took < Duration::from_secs(2 + 8), "took {took:?}");
+    let line = last_call(&node);
+    assert!(line["lock_hold_ms"].as_f64().unwrap() < 2500.0, "{line}");
+
+    // With a budget that covers it, the same call waits its turn and succeeds.
+    let mut store = etcd.store("/r2/");
+    store["qps"] = 20.into();
+    store["burst"] = 1.into();
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &probe_module(),
+        &store,
+        json!({"probe": {"listPrefix": "x/", "listTimes": 6}, "deadlineSeconds": 30}),
+    );
+    Call::new("ADD", "c2").run(&conf).ok();
+    let line = last_call(&node);
+    assert!(
+        line["etcd_rate_wait_ms"].as_f64().unwrap() >= 200.0,
+        "{line}"
+    );
+}
+
+#[test]
+fn a_commit_larger_than_one_etcd_transaction_is_refused_whole() {
+    let etcd = Etcd::start(1);
+    let store = etcd.store("/x/");
+    let node = Node::new();
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &probe_module(),
+        &store,
+        json!({"probe": {"floodEntries": 200, "floodValueBytes": 8}}),
+    );
+    let reply = Call::new("ADD", "c1").run(&conf);
+    assert_eq!(reply.error_code(), 105, "{reply:?}");
+    assert!(reply.msg().contains("maxTxnOps"), "{reply:?}");
+    assert!(etcd.keys("/x/").is_empty(), "nothing committed");
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with
+/// openssl in `dir`.
+fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf, PathBuf) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    for who in ["server", "client"] {
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN={who}"),
+            "-keyout",
+            &format!("{who}.key"),
+            "-out",
+            &format!("{who}.csr"),
+        ]);
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{who}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{who}.ext"),
+            "-out",
+            &format!("{who}.pem"),
+        ]);
+    }
+    let p = |f: &str| dir.join(f);
+    (
+        p("ca.pem"),
+        p("server.pem"),
+        p("server.key"),
+        p("client.pem"),
+        p("client.key"),
+    )
+}
+
+#[test]
+fn tls_with_a_client_certificate() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, server, server_key, client, client_key) = certificates(certs.path());
+    let etcd = Etcd::start_tls(&ca, &server, &server_key);
+    let url = format!("https://127.0.0.1:{}", etcd.members[0].client);
+    let node = Node::new();
+    let store = json!({"type": "etcd", "endpoints": [url], "prefix": "/tls/",
+        "tls": {"ca": ca, "cert": client, "key": client_key}});
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &host_local_module(),
+        &store,
+        json!({"subnet": "10.83.0.0/24"}),
+    );
+    assert_eq!(Call::new("ADD", "c1").run(&conf).address(), "10.83.0.2/24");
+
+    // Without a client certificate the server refuses the call; nothing is written.
+    let store = json!({"type": "etcd", "endpoints": [url], "prefix": "/tls/", "tls": {"ca": ca}});
+    let mut conf = node_conf(
+        &node,
+        "node-a",
+        &host_local_module(),
+        &store,
+        json!({"subnet": "10.83.0.0/24"}),
+    );
+    conf["ipam"]["deadlineSeconds"] = 3.into();
+    let reply = Call::new("ADD", "c2").run(&conf);
+    assert!([11, 104].contains(&reply.error_code()), "{reply:?}");
+    assert!(reply.msg().contains("etcd"), "{reply:?}");
+}
+
+/// The cluster issue's scenario: three nodes, each running 100 ADDs at once against
+/// one cluster pool in etcd.
+#[test]
+fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_blocks() {
+    let etcd = Etcd::start(1);
+    let store = etcd.store("/c/");
+    let cluster: Vec<Node> = (0..3).map(|_| Node::new()).collect();
+    let ipam = json!({"cidr": "10.90.0.0/16", "blockSize": 26, "deadlineSeconds": 120, "lockTimeoutSeconds": 600});
+    let confs: Vec<Value> = cluster
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            node_conf(
+                node,
+                &format!("node-{n}"),
+                &cluster_pool_module(),
+                &store,
+                ipam.clone(),
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let replies: Vec<(usize, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .flat_map(|n| (0..100).map(move |i| (n, i)))
+            .map(|(n, i)| {
+                let conf = &confs[n];
+                s.spawn(move || {
+                    (
+                        n,
+                        Call::new("ADD", &format!("n{n}-c{i}"))
+                            .run(conf)
+                            .address()
+                            .to_string(),
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("300 ADDs on 3 nodes in {:?}", started.elapsed());
+    let distinct: std::collections::BTreeSet<&str> =
+        replies.iter().map(|(_, a)| a.as_str()).collect();
+    assert_eq!(distinct.len(), 300, "every address distinct");
+
+    // Each block has exactly one owner, and each node's addresses lie in its own blocks.
+    let mut owner = std::collections::BTreeMap::new();
+    for line in etcd
+        .ctl(&["get", "--prefix", "/c/n/testnet/e/blk/"])
+        .lines()
+        .collect::<Vec<_>>()
+        .chunks(2)
+    {
+        let block = line[0]
+            .trim_start_matches("/c/n/testnet/e/blk/")
+            .to_string();
+        let record: Value = serde_json::from_str(line[1]).unwrap();
+        owner.insert(block, record["node"].as_str().unwrap().to_string());
+    }
+    let block_of = |address: &str| -> String {
+        let ip: std::net::Ipv4Addr = address.split('/').next().unwrap().parse().unwrap();
+        let base = u32::from(ip) & !63;
+        format!("{}/26", std::net::Ipv4Addr::from(base))
+    };
+    for (n, address) in &replies {
+        assert_eq!(
+            owner.get(&block_of(address)),
+            Some(&format!("node-{n}")),
+            "{address} of node-{n}: {owner:?}"
+        );
+    }
+    // 100 addresses take two /26 blocks (61 usable each) per node.
+    assert_eq!(owner.len(), 6, "{owner:?}");
+    let (total, most) = retries(&cluster);
+    eprintln!("conflict retries: {total} in all, at most {most} in one call");
+
+    // list reads the cluster through the module's inspect export, per node too.
+    let conf_file = write_conf(&cluster[0], &confs[0]);
+    let (ok, stdout, stderr) = operator_output([
+        "list".as_ref(),
+        "--json".as_ref(),
+        "--netconf".as_ref(),
+        conf_file.as_os_str(),
+        "--lock-file".as_ref(),
+        cluster[0].lock_file().as_os_str(),
+        "--data-dir".as_ref(),
+        cluster[0].data_dir().as_os_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 300, "{stdout:.400}");
+    let (ok, stdout, stderr) = operator_output([
+        "list".as_ref(),
+        "--json".as_ref(),
+        "--netconf".as_ref(),
+        conf_file.as_os_str(),
+        "--node".as_ref(),
+        "node-1".as_ref(),
+        "--lock-file".as_ref(),
+        cluster[0].lock_file().as_os_str(),
+        "--data-dir".as_ref(),
+        cluster[0].data_dir().as_os_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    let on_node_1: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(on_node_1.len(), 100);
+    assert!(
+        on_node_1
+            .iter()
+            .all(|a| a["containerID"].as_str().unwrap().starts_with("n1-"))
+    );
+
+    // DELs from every node free everything; a DEL again is fine.
+    std::thread::scope(|s| {
+        for (n, conf) in confs.iter().enumerate() {
+            s.spawn(move || {
+                for i in 0..100 {
+                    Call::new("DEL", &format!("n{n}-c{i}")).run(conf).ok();
+                }
+                Call::new("DEL", "n0-c0").run(conf).ok();
+            });
+        }
+    });
+    assert!(etcd.keys("/c/n/testnet/e/own/").is_empty());
+}
