@@ -11,12 +11,31 @@ const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 90.0,
 ];
 
-/// The three timings one invocation's log line carries, in seconds.
+/// The timings one invocation's log line carries, in seconds, and what it did with
+/// a datastore (etcd), if it used one.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CallTiming {
     pub lock_wait: f64,
     pub lock_hold: f64,
     pub budget_used: f64,
+    pub datastore: Datastore,
+}
+
+/// One call's datastore figures: requests sent, commits refused by a conflict,
+/// handler runs repeated after one, time waiting for answers and for the node's rate
+/// limiter (seconds). All zero for the embedded store.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+pub struct Datastore {
+    #[serde(rename = "etcd_requests")]
+    pub requests: u64,
+    #[serde(rename = "etcd_conflicts")]
+    pub conflicts: u64,
+    #[serde(rename = "store_retries")]
+    pub retries: u64,
+    #[serde(rename = "etcd_ms")]
+    pub latency_ms: f64,
+    #[serde(rename = "etcd_rate_wait_ms")]
+    pub rate_wait_ms: f64,
 }
 
 #[derive(Deserialize)]
@@ -25,6 +44,9 @@ struct InvocationLine {
     lock_wait_ms: f64,
     lock_hold_ms: f64,
     budget_used_ms: f64,
+    /// Lines written before the etcd store have none of its fields.
+    #[serde(flatten)]
+    datastore: Option<Datastore>,
 }
 
 /// The timings of every invocation in a log file's text (other lines are skipped).
@@ -36,9 +58,48 @@ pub fn call_timings(log: &str) -> Vec<CallTiming> {
             lock_wait: l.lock_wait_ms / 1000.0,
             lock_hold: l.lock_hold_ms / 1000.0,
             budget_used: l.budget_used_ms / 1000.0,
+            datastore: l.datastore.unwrap_or_default(),
         })
         .collect()
 }
+
+/// Whether any call used a datastore: only then are its series shown.
+fn used_a_datastore(timings: &[CallTiming]) -> bool {
+    timings.iter().any(|t| t.datastore.requests > 0)
+}
+
+type Count = (&'static str, &'static str, fn(&Datastore) -> u64);
+
+const DATASTORE_COUNTS: &[Count] = &[
+    (
+        "wasm_ipam_datastore_requests_total",
+        "Requests calls sent to the datastore (etcd).",
+        |d| d.requests,
+    ),
+    (
+        "wasm_ipam_datastore_conflicts_total",
+        "Commits the datastore refused because another writer changed what the call read.",
+        |d| d.conflicts,
+    ),
+    (
+        "wasm_ipam_datastore_retries_total",
+        "Handler runs repeated after a conflict.",
+        |d| d.retries,
+    ),
+];
+
+const DATASTORE_TIMINGS: &[Metric] = &[
+    (
+        "wasm_ipam_datastore_latency_seconds",
+        "Time a call waited for the datastore's answers.",
+        |t| t.datastore.latency_ms / 1000.0,
+    ),
+    (
+        "wasm_ipam_datastore_rate_wait_seconds",
+        "Time a call waited for the node's datastore rate limiter.",
+        |t| t.datastore.rate_wait_ms / 1000.0,
+    ),
+];
 
 type Metric = (&'static str, &'static str, fn(&CallTiming) -> f64);
 
@@ -159,7 +220,20 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
     for (name, help, value) in POOL_METRICS {
         gauge(&mut out, name, help, &pool_rows(*value));
     }
-    for (name, help, value) in TIMINGS {
+    let datastore = used_a_datastore(timings);
+    if datastore {
+        for (name, help, value) in DATASTORE_COUNTS {
+            let total: u64 = timings.iter().map(|t| value(&t.datastore)).sum();
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {total}"
+            );
+        }
+    }
+    let histograms = TIMINGS
+        .iter()
+        .chain(DATASTORE_TIMINGS.iter().filter(|_| datastore));
+    for (name, help, value) in histograms {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for bound in BUCKETS {
             let count = timings.iter().filter(|t| value(t) <= *bound).count();
@@ -234,7 +308,11 @@ pub fn table(
         "{:<30} {:>10} {:>10} {:>10}",
         "TIMING (ms)", "p50", "p99", "max"
     );
-    for (name, _, value) in TIMINGS {
+    let datastore = used_a_datastore(timings);
+    let rows = TIMINGS
+        .iter()
+        .chain(DATASTORE_TIMINGS.iter().filter(|_| datastore));
+    for (name, _, value) in rows {
         let mut values: Vec<f64> = timings.iter().map(value).collect();
         values.sort_by(f64::total_cmp);
         let ms = |v: f64| format!("{:.1}", v * 1000.0);
@@ -248,6 +326,19 @@ pub fn table(
             ms(values.last().copied().unwrap_or(0.0))
         );
     }
+    if datastore {
+        let _ = writeln!(out);
+        for (name, _, value) in DATASTORE_COUNTS {
+            let total: u64 = timings.iter().map(|t| value(&t.datastore)).sum();
+            let _ = writeln!(
+                out,
+                "{:<30} {:>10}",
+                name.trim_start_matches("wasm_ipam_")
+                    .trim_end_matches("_total"),
+                total
+            );
+        }
+    }
     out
 }
 
@@ -260,6 +351,41 @@ mod tests {
 {"target":"invocation","lock_wait_ms":3000.0,"lock_hold_ms":120.0,"budget_used_ms":110.0}
 not json
 "#;
+
+    const ETCD_LOG: &str = r#"{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":5,"etcd_conflicts":1,"store_retries":1,"etcd_ms":30.0,"etcd_rate_wait_ms":0.0}
+{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":4,"etcd_conflicts":0,"store_retries":0,"etcd_ms":3000.0,"etcd_rate_wait_ms":200.0}
+"#;
+
+    #[test]
+    fn datastore_series_appear_only_for_calls_that_used_one() {
+        let plain = prometheus(&[], &call_timings(LOG));
+        assert!(!plain.contains("datastore"), "{plain}");
+        let timings = call_timings(ETCD_LOG);
+        assert_eq!(timings[0].datastore.conflicts, 1);
+        let text = prometheus(&[], &timings);
+        assert!(
+            text.contains("wasm_ipam_datastore_requests_total 9\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasm_ipam_datastore_conflicts_total 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasm_ipam_datastore_retries_total 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasm_ipam_datastore_latency_seconds_bucket{le=\"0.05\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasm_ipam_datastore_rate_wait_seconds_sum 0.2\n"),
+            "{text}"
+        );
+        let table = table(&[], &timings, Some(std::path::Path::new("log")));
+        assert!(table.contains("datastore_conflicts"), "{table}");
+    }
 
     #[test]
     fn timings_come_from_invocation_lines_only() {
