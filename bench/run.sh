@@ -13,6 +13,8 @@ missing=()
 [ -x /usr/lib/cni/host-local ] || missing+=(containernetworking-plugins)
 command -v strace >/dev/null || missing+=(strace)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
+[ -x /usr/bin/etcd ] || missing+=(etcd-server)
+[ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
@@ -35,7 +37,7 @@ dist_flags="-C target-feature=+crt-static -C relocation-model=static -C link-arg
 # The compiler in a run of its own, so the per-call binary carries none.
 RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wasm-ipam
 RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wasm-ipam-compiler
-cargo build --release --target wasm32-wasip2 -p host-local -p probe
+cargo build --release --target wasm32-wasip2 -p host-local -p probe -p cluster-pool
 cargo build --release --manifest-path bench/Cargo.toml
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
 
@@ -44,4 +46,5 @@ WASM_IPAM_BENCH_REVISION="$revision" WASM_IPAM_BENCH_COMMAND="./bench/run.sh${*:
     --wasm-ipam "$target/$host_target/dist/wasm-ipam" \
     --host-local-module "$target/wasm32-wasip2/release/host_local.wasm" \
     --probe-module "$target/wasm32-wasip2/release/probe.wasm" \
+    --cluster-pool-module "$target/wasm32-wasip2/release/cluster_pool.wasm" \
     "$@"

@@ -6,16 +6,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
-use wasm_ipam_bench::scenario::{busy, churn, engines, herd, latency, ordering};
+use wasm_ipam_bench::scenario::{busy, churn, engines, etcd_herd, herd, latency, ordering};
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|busy|herd|ordering|churn|engines> [options]
+usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|ordering|churn|engines> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
   busy         warm ADD+DEL cycles while another writer fsyncs on the same disk
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
+  etcd-herd    the herd on the etcd store (cluster-pool, 1 and 3 nodes) vs host-local
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
@@ -25,11 +26,14 @@ options (defaults in brackets):
   --wasm-ipam PATH           [<workspace>/target/release/wasm-ipam]
   --host-local-module PATH   [<workspace>/target/wasm32-wasip2/release/host_local.wasm]
   --probe-module PATH        [<workspace>/target/wasm32-wasip2/release/probe.wasm]
+  --cluster-pool-module PATH [<workspace>/target/wasm32-wasip2/release/cluster_pool.wasm]
   --host-local PATH          [/usr/lib/cni/host-local]
   --cycles N                 latency: ADD+DEL cycles per plugin [200]
   --cold-calls N             latency: first calls per plugin [10]
   --herd-sizes N,N           herd sizes [200,1000]
   --herd-repeats N           herds per size and plugin [3]
+  --etcd-herd-size N         etcd-herd: calls per phase [300]
+  --etcd-herd-repeats N      etcd-herd: herds per configuration [2]
   --ordering-sizes N,N       ordering herd sizes [100,500]
   --seconds S                churn: how long calls arrive [30]
   --interval-ms MS           churn: time between arrivals [15]
@@ -39,7 +43,15 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 6] = ["latency", "busy", "herd", "ordering", "churn", "engines"];
+const SCENARIOS: [&str; 7] = [
+    "latency",
+    "busy",
+    "herd",
+    "etcd-herd",
+    "ordering",
+    "churn",
+    "engines",
+];
 
 struct Args {
     scenario: String,
@@ -47,6 +59,7 @@ struct Args {
     paths: Paths,
     latency: latency::Options,
     herd: herd::Options,
+    etcd_herd: etcd_herd::Options,
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
@@ -70,6 +83,10 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         herd: herd::Options {
             sizes: vec![200, 1000],
             repeats: 3,
+        },
+        etcd_herd: etcd_herd::Options {
+            size: 300,
+            repeats: 2,
         },
         ordering: ordering::Options {
             sizes: vec![100, 500],
@@ -103,6 +120,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--cold-calls" => args.latency.cold_calls = count(value)?,
             "--herd-sizes" => args.herd.sizes = counts(value)?,
             "--herd-repeats" => args.herd.repeats = count(value)?,
+            "--etcd-herd-size" => args.etcd_herd.size = count(value)?,
+            "--etcd-herd-repeats" => args.etcd_herd.repeats = count(value)?,
+            "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
             "--ordering-sizes" => args.ordering.sizes = counts(value)?,
             "--seconds" => args.churn.seconds = num(value)?,
             "--interval-ms" => args.churn.interval_ms = num(value)?,
@@ -122,6 +142,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
     let section = match name {
         "latency" => latency::run(&args.paths, &args.latency),
         "herd" => herd::run(&args.paths, &args.herd),
+        "etcd-herd" => etcd_herd::run(&args.paths, &args.etcd_herd),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),

@@ -25,6 +25,8 @@ pub struct Paths {
     pub wasm_ipam: PathBuf,
     pub host_local_module: PathBuf,
     pub probe_module: PathBuf,
+    /// `examples/cluster-pool`, for the herds on the etcd store.
+    pub cluster_pool_module: PathBuf,
     /// The reference peer, Debian's host-local.
     pub host_local: PathBuf,
     /// The model of Calico's old DEL (timer before the lock).
@@ -47,6 +49,7 @@ impl Paths {
             wasm_ipam: workspace.join("target/release/wasm-ipam"),
             host_local_module: modules.join("host_local.wasm"),
             probe_module: modules.join("probe.wasm"),
+            cluster_pool_module: modules.join("cluster_pool.wasm"),
             host_local: PathBuf::from("/usr/lib/cni/host-local"),
             prefix_del: here.join("prefix_del"),
             postfix_del: here.join("postfix_del"),
@@ -59,6 +62,7 @@ impl Paths {
             &self.wasm_ipam,
             &self.host_local_module,
             &self.probe_module,
+            &self.cluster_pool_module,
             &self.host_local,
             &self.prefix_del,
             &self.postfix_del,
