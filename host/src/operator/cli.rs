@@ -123,48 +123,7 @@ enum Operation {
     /// step): the binary and its compiler into the CNI bin dir, the module into the
     /// module dir, the main plugins linked into the bin dir, the module compiled into
     /// the cache, and a conflist (bridge + wasm-ipam) named to sort first. Idempotent.
-    Install {
-        /// The module's .wasm component.
-        #[arg(long)]
-        module: PathBuf,
-        /// The node's pod subnet (the conflist's range).
-        #[arg(long)]
-        subnet: ipnet::IpNet,
-        /// The network's name.
-        #[arg(long, default_value = "wasm-ipam")]
-        network: String,
-        /// The bridge device.
-        #[arg(long, default_value = "cni0")]
-        bridge: String,
-        /// The runtime's CNI bin dir (containerd's and CRI-O's default).
-        #[arg(long, default_value = "/opt/cni/bin")]
-        bin_dir: PathBuf,
-        #[arg(long, default_value = "/opt/cni/wasm")]
-        module_dir: PathBuf,
-        /// The runtime's CNI conf dir.
-        #[arg(long, default_value = "/etc/cni/net.d")]
-        conf_dir: PathBuf,
-        /// The conflist's file name: it must sort before every other in the conf dir.
-        #[arg(long, default_value = "00-wasm-ipam.conflist")]
-        conflist_name: String,
-        #[arg(long, default_value = DEFAULT_CACHE_DIR)]
-        cache_dir: PathBuf,
-        /// Where to find the main plugins to link (Debian puts them in /usr/lib/cni).
-        #[arg(long = "plugin-dir", default_values = ["/usr/lib/cni", "/usr/libexec/cni"])]
-        plugin_dirs: Vec<PathBuf>,
-        /// The conflist's `ipam.dataDir` (default: the host's).
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// The conflist's `ipam.lockFile` (default: the host's).
-        #[arg(long)]
-        lock_file: Option<PathBuf>,
-        /// The conflist's `ipam.logFile` (default: none).
-        #[arg(long)]
-        log_file: Option<PathBuf>,
-        /// Say what would be done, and do nothing.
-        #[arg(long)]
-        dry_run: bool,
-    },
+    Install(crate::operator::install::Install),
     /// Remove a network whose configuration is gone: its store entries and its record.
     /// Refused while its module reports allocations, or cannot be asked, unless
     /// --force.
@@ -408,39 +367,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 failed,
             })
         }
-        Operation::Install {
-            module,
-            subnet,
-            network,
-            bridge,
-            bin_dir,
-            module_dir,
-            conf_dir,
-            conflist_name,
-            cache_dir,
-            plugin_dirs,
-            data_dir,
-            lock_file,
-            log_file,
-            dry_run,
-        } => {
-            let (text, notes) =
-                crate::operator::install::install(&crate::operator::install::Install {
-                    module,
-                    subnet,
-                    network,
-                    bridge,
-                    bin_dir,
-                    module_dir,
-                    conf_dir,
-                    conflist_name,
-                    cache_dir,
-                    plugin_dirs,
-                    data_dir,
-                    lock_file,
-                    log_file,
-                    dry_run,
-                })?;
+        Operation::Install(install) => {
+            let (text, notes) = crate::operator::install::install(&install)?;
             Ok(Output {
                 failed: !notes.is_empty(),
                 text,

@@ -14,6 +14,7 @@
 //! Every step is idempotent (a file already as wanted is left alone, and each write
 //! replaces the old file atomically), says what it did, and `--dry-run` only says.
 
+use crate::config::DEFAULT_CACHE_DIR;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
@@ -28,24 +29,48 @@ use std::path::{Path, PathBuf};
 /// The main plugins the written conflist (and the runtime) needs in the bin dir.
 pub const MAIN_PLUGINS: &[&str] = &["bridge", "portmap", "loopback"];
 
-/// What to install, and where.
-#[derive(Debug, Clone)]
+/// What to install, and where: `wasm-ipam install`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
 pub struct Install {
+    /// The module's .wasm component.
+    #[arg(long)]
     pub module: PathBuf,
+    /// The node's pod subnet (the conflist's range).
+    #[arg(long)]
     pub subnet: ipnet::IpNet,
+    /// The network's name.
+    #[arg(long, default_value = "wasm-ipam")]
     pub network: String,
+    /// The bridge device.
+    #[arg(long, default_value = "cni0")]
     pub bridge: String,
+    /// The runtime's CNI bin dir (containerd's and CRI-O's default).
+    #[arg(long, default_value = "/opt/cni/bin")]
     pub bin_dir: PathBuf,
+    #[arg(long, default_value = "/opt/cni/wasm")]
     pub module_dir: PathBuf,
+    /// The runtime's CNI conf dir.
+    #[arg(long, default_value = "/etc/cni/net.d")]
     pub conf_dir: PathBuf,
+    /// The conflist's file name: it must sort before every other in the conf dir.
+    #[arg(long, default_value = "00-wasm-ipam.conflist")]
     pub conflist_name: String,
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
     pub cache_dir: PathBuf,
-    /// Where the distribution keeps the main plugins (Debian: /usr/lib/cni).
+    /// Where to find the main plugins to link (Debian puts them in /usr/lib/cni).
+    #[arg(long = "plugin-dir", default_values = ["/usr/lib/cni", "/usr/libexec/cni"])]
     pub plugin_dirs: Vec<PathBuf>,
-    /// Written into the conflist when given (else the host's defaults apply).
+    /// The conflist's `ipam.dataDir` (default: the host's).
+    #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// The conflist's `ipam.lockFile` (default: the host's).
+    #[arg(long)]
     pub lock_file: Option<PathBuf>,
+    /// The conflist's `ipam.logFile` (default: none).
+    #[arg(long)]
     pub log_file: Option<PathBuf>,
+    /// Say what would be done, and do nothing.
+    #[arg(long)]
     pub dry_run: bool,
 }
 
