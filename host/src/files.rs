@@ -11,10 +11,11 @@
 //!
 //! The compiled-module cache has rules of its own (`module::cache`).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
@@ -107,6 +108,27 @@ pub fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
         file.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
     }
     Ok(file)
+}
+
+/// Takes an exclusive flock(2) on `file` for a short critical section shared with
+/// other calls (not the host-wide lock, which queues): tries until `until`, pausing
+/// from 1 ms up to `max_pause` between tries. False if another held it all along.
+pub fn lock_until(file: &File, until: Instant, max_pause: Duration) -> io::Result<bool> {
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(TryLockError::WouldBlock) => {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                std::thread::sleep(pause.min(left));
+                pause = (pause * 2).min(max_pause);
+            }
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 /// Checks an existing file of ours without opening it (one another library opens,

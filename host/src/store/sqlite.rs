@@ -29,7 +29,7 @@ use crate::error::{CniError, code};
 use crate::files;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, OpenOptions};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -166,30 +166,17 @@ fn lock_store(data_dir: &Path, wait: Duration) -> Result<File, CniError> {
             .truncate(false),
     )
     .map_err(|e| store_error(&format!("cannot open {}", path.display()), e))?;
-    let until = Instant::now() + wait;
-    let mut pause = Duration::from_millis(1);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(TryLockError::WouldBlock) => {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(CniError::new(
-                        code::TRY_AGAIN_LATER,
-                        format!(
-                            "store {} stayed in use by another call for {wait:?}; nothing was changed",
-                            data_dir.display()
-                        ),
-                    )
-                    .with_details("calls that share an ipam.dataDir but not an ipam.lockFile use the store one at a time; give every network on one dataDir the same lockFile to queue them fairly"));
-                }
-                std::thread::sleep(pause.min(left));
-                pause = (pause * 2).min(STORE_LOCK_POLL);
-            }
-            Err(TryLockError::Error(e)) => {
-                return Err(store_error(&format!("cannot lock {}", path.display()), e));
-            }
-        }
+    match files::lock_until(&file, Instant::now() + wait, STORE_LOCK_POLL) {
+        Ok(true) => Ok(file),
+        Ok(false) => Err(CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "store {} stayed in use by another call for {wait:?}; nothing was changed",
+                data_dir.display()
+            ),
+        )
+        .with_details("calls that share an ipam.dataDir but not an ipam.lockFile use the store one at a time; give every network on one dataDir the same lockFile to queue them fairly")),
+        Err(e) => Err(store_error(&format!("cannot lock {}", path.display()), e)),
     }
 }
 

@@ -8,13 +8,12 @@ use crate::error::{CniError, code};
 use crate::files;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub const RATE_FILE: &str = "etcd-rate";
 
-/// How often a request waiting for the bucket's file lock looks again.
+/// The longest pause between looks at the bucket's file lock.
 const LOCK_POLL: Duration = Duration::from_millis(5);
 
 pub struct RateLimiter {
@@ -72,33 +71,24 @@ impl RateLimiter {
 
     /// Takes a token if one is there (zero), else says how long until one is.
     fn try_take(&mut self, until: Instant) -> Result<Duration, CniError> {
-        self.lock(until)?;
-        let result = self.update();
-        // SAFETY: flock on our own open descriptor.
-        unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_UN) };
-        result.map_err(|e| {
+        let io_failure = |e| {
             CniError::new(
                 code::IO_FAILURE,
                 "etcd rate limiter: cannot update its state",
             )
             .with_details(e)
-        })
-    }
-
-    fn lock(&self, until: Instant) -> Result<(), CniError> {
-        loop {
-            // SAFETY: flock on our own open descriptor.
-            if unsafe { libc::flock(self.file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(());
-            }
-            if Instant::now() + LOCK_POLL > until {
-                return Err(CniError::new(
-                    code::TRY_AGAIN_LATER,
-                    "etcd: the call's budget ran out waiting for the node's rate limiter state",
-                ));
-            }
-            std::thread::sleep(LOCK_POLL);
+        };
+        if !files::lock_until(&self.file, until, LOCK_POLL).map_err(io_failure)? {
+            return Err(CniError::new(
+                code::TRY_AGAIN_LATER,
+                "etcd: the call's budget ran out waiting for the node's rate limiter state",
+            ));
         }
+        let result = self.update();
+        let unlocked = self.file.unlock();
+        let wait = result.map_err(io_failure)?;
+        unlocked.map_err(io_failure)?;
+        Ok(wait)
     }
 
     fn update(&mut self) -> std::io::Result<Duration> {
