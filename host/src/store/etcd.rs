@@ -66,7 +66,8 @@ pub struct Figures {
 }
 
 pub struct EtcdStore {
-    runtime: tokio::runtime::Runtime,
+    /// Taken only by `drop`.
+    runtime: Option<tokio::runtime::Runtime>,
     /// One client per endpoint: a request that cannot reach one member is sent to
     /// the next, so a cluster with a member down keeps serving.
     clients: Vec<KvClient>,
@@ -93,12 +94,6 @@ struct State {
     conflicted: bool,
     figures: Figures,
     served_by: Option<(String, ServedBy)>,
-}
-
-/// The answer of a request that may have found the snapshot compacted away.
-enum Read {
-    Kvs(Vec<KeyValue>),
-    Compacted,
 }
 
 impl EtcdStore {
@@ -158,7 +153,7 @@ impl EtcdStore {
         Ok(EtcdStore {
             clients,
             first,
-            runtime,
+            runtime: Some(runtime),
             prefix: config.prefix.clone(),
             node: node.to_string(),
             max_txn_ops: config.max_txn_ops,
@@ -177,8 +172,7 @@ impl EtcdStore {
     }
 
     fn network_key(&self, network: &str) -> String {
-        let escaped = network.replace('%', "%25").replace('/', "%2F");
-        format!("{}n/{escaped}/", self.prefix)
+        format!("{}n/{}/", self.prefix, escape(network))
     }
 
     fn entry_key(&self, network: &str, key: &str) -> Vec<u8> {
@@ -190,12 +184,7 @@ impl EtcdStore {
     }
 
     fn served_by_key(&self, network: &str) -> Vec<u8> {
-        format!(
-            "{}s/{}",
-            self.prefix,
-            network.replace('%', "%25").replace('/', "%2F")
-        )
-        .into_bytes()
+        format!("{}s/{}", self.prefix, escape(network)).into_bytes()
     }
 
     /// Sends one request made by `make` for a member's client: first the rate
@@ -251,7 +240,8 @@ impl EtcdStore {
         }
         let started = Instant::now();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
+        let runtime = self.runtime.as_ref().expect("taken only by drop");
+        runtime.spawn(async move {
             let _ = tx.send(tokio::time::timeout(left, fut).await);
         });
         let answer = rx.recv_timeout(left + Duration::from_millis(100));
@@ -269,8 +259,9 @@ impl EtcdStore {
     }
 
     /// Reads `key` (or every key under it) at this attempt's snapshot, fixing the
-    /// snapshot on the first read.
-    fn read(&self, what: &str, key: Vec<u8>, prefix: bool) -> Result<Read, CniError> {
+    /// snapshot on the first read. A snapshot compacted away is a conflict: the
+    /// attempt cannot go on, and the next one reads a fresh snapshot.
+    fn read(&self, what: &str, key: Vec<u8>, prefix: bool) -> Result<Vec<KeyValue>, CniError> {
         let snapshot = self.state.borrow().snapshot;
         let mut options = GetOptions::new();
         if prefix {
@@ -286,25 +277,20 @@ impl EtcdStore {
         let mut response = match answer {
             Ok(response) => response,
             Err(e) if e.details.contains("required revision has been compacted") => {
-                return Ok(Read::Compacted);
+                self.state.borrow_mut().conflicted = true;
+                return Err(conflict("its snapshot was compacted away"));
             }
             Err(e) => return Err(e),
         };
         let revision = response.header().map_or(0, |h| h.revision());
         self.state.borrow_mut().snapshot.get_or_insert(revision);
-        Ok(Read::Kvs(response.take_kvs()))
+        Ok(response.take_kvs())
     }
 
     /// [`EtcdStore::read`] for the handler: the keys it sees are recorded, so the
-    /// commit can check them; a compacted snapshot is a conflict.
+    /// commit can check them.
     fn guarded_read(&self, key: Vec<u8>, prefix: bool) -> Result<Vec<KeyValue>, CniError> {
-        let kvs = match self.read("read", key.clone(), prefix)? {
-            Read::Kvs(kvs) => kvs,
-            Read::Compacted => {
-                self.state.borrow_mut().conflicted = true;
-                return Err(conflict("its snapshot was compacted away"));
-            }
-        };
+        let kvs = self.read("read", key.clone(), prefix)?;
         let mut state = self.state.borrow_mut();
         if prefix {
             state.listed.insert(key);
@@ -324,13 +310,7 @@ impl EtcdStore {
     /// is checked against the sum as of the snapshot, see docs/cluster.md).
     fn usage_rows(&self, network: &str) -> Result<Vec<(String, Usage, i64)>, CniError> {
         let prefix = self.usage_prefix(network);
-        let kvs = match self.read("read usage", prefix.clone(), true)? {
-            Read::Kvs(kvs) => kvs,
-            Read::Compacted => {
-                self.state.borrow_mut().conflicted = true;
-                return Err(conflict("its snapshot was compacted away"));
-            }
-        };
+        let kvs = self.read("read usage", prefix.clone(), true)?;
         kvs.iter()
             .map(|kv| {
                 let node = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
@@ -381,16 +361,22 @@ fn sum(rows: &[(String, Usage, i64)], own: &str) -> (SignedUsage, SignedUsage, i
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
-        // Dropped inside the engine's runtime on some paths: a runtime must not be
-        // shut down there by blocking.
-        let runtime = std::mem::replace(
-            &mut self.runtime,
-            tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("an idle runtime"),
-        );
-        runtime.shutdown_background();
+        // Without blocking: dropping a runtime the blocking way panics if this store
+        // is ever dropped inside another runtime (the engine's).
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
+}
+
+/// A network name as it appears in a key: `%` and `/` escaped, so no name reaches
+/// into another network's keys.
+fn escape(network: &str) -> String {
+    network.replace('%', "%25").replace('/', "%2F")
+}
+
+fn unescape(escaped: &str) -> String {
+    escaped.replace("%2F", "/").replace("%25", "%")
 }
 
 fn conflict(why: &str) -> CniError {
@@ -479,9 +465,7 @@ impl Store for EtcdStore {
             Some(network) => self.network_key(network).into_bytes(),
             None => all.clone(),
         };
-        let Read::Kvs(kvs) = self.read("list entries", key, true)? else {
-            return Err(conflict("its snapshot was compacted away"));
-        };
+        let kvs = self.read("list entries", key, true)?;
         let mut out = Vec::new();
         for kv in kvs {
             let rest = String::from_utf8_lossy(&kv.key()[all.len()..]).into_owned();
@@ -491,8 +475,7 @@ impl Store for EtcdStore {
             let Some(key) = tail.strip_prefix("e/") else {
                 continue;
             };
-            let network = escaped.replace("%2F", "/").replace("%25", "%");
-            out.push((network, key.to_string(), kv.value().to_vec()));
+            out.push((unescape(escaped), key.to_string(), kv.value().to_vec()));
         }
         Ok(out)
     }
@@ -631,15 +614,11 @@ impl Store for EtcdStore {
 
     fn served_by(&self) -> Result<Records, CniError> {
         let prefix = format!("{}s/", self.prefix).into_bytes();
-        let Read::Kvs(kvs) = self.read("list networks", prefix.clone(), true)? else {
-            return Err(conflict("its snapshot was compacted away"));
-        };
+        let kvs = self.read("list networks", prefix.clone(), true)?;
         Ok(kvs
             .iter()
             .map(|kv| {
-                let network = String::from_utf8_lossy(&kv.key()[prefix.len()..])
-                    .replace("%2F", "/")
-                    .replace("%25", "%");
+                let network = unescape(&String::from_utf8_lossy(&kv.key()[prefix.len()..]));
                 let record = std::str::from_utf8(kv.value())
                     .map_err(|e| e.to_string())
                     .and_then(ServedBy::from_json);
@@ -689,5 +668,23 @@ impl Store for EtcdStore {
 
     fn etcd_figures(&self) -> Option<Figures> {
         Some(self.figures())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape, unescape};
+
+    #[test]
+    fn network_names_escape_without_collisions_and_come_back() {
+        // "a/e" with key "x" and "a" with key "e/x" must not share a key.
+        assert_ne!(
+            format!("{}/e/x", escape("a/e")),
+            format!("{}/e/e/x", escape("a"))
+        );
+        for name in ["a/e", "100%", "%2F", "plain-net.1"] {
+            assert!(!escape(name).contains('/'));
+            assert_eq!(unescape(&escape(name)), name);
+        }
     }
 }
