@@ -18,6 +18,9 @@ pub struct Etcd {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     token: String,
+    /// CA, server certificate and key, when clients must speak TLS with a client
+    /// certificate signed by the CA.
+    tls: Option<(PathBuf, PathBuf, PathBuf)>,
 }
 
 struct Member {
@@ -38,6 +41,16 @@ fn free_port() -> u16 {
 impl Etcd {
     /// Starts `members` members and waits until the cluster answers.
     pub fn start(members: usize) -> Etcd {
+        Etcd::started(members, None)
+    }
+
+    /// Starts a one-member etcd serving TLS: server certificate `cert`/`key`, clients
+    /// must present a certificate signed by `ca`.
+    pub fn start_tls(ca: &Path, cert: &Path, key: &Path) -> Etcd {
+        Etcd::started(1, Some((ca.into(), cert.into(), key.into())))
+    }
+
+    fn started(members: usize, tls: Option<(PathBuf, PathBuf, PathBuf)>) -> Etcd {
         assert!(
             Path::new(ETCD).exists() && Path::new(ETCDCTL).exists(),
             "the etcd tests need Debian's etcd-server and etcd-client (scripts/test.sh installs them)"
@@ -59,68 +72,27 @@ impl Etcd {
                 })
                 .collect(),
             token,
+            tls,
         };
         for i in 0..members {
-            etcd.spawn(i, None);
+            etcd.spawn(i);
         }
         etcd.wait_healthy();
         etcd
     }
 
-    /// Starts a one-member etcd serving TLS: server certificate `cert`/`key`, clients
-    /// must present a certificate signed by `ca`.
-    pub fn start_tls(ca: &Path, cert: &Path, key: &Path) -> Etcd {
-        let mut etcd = Etcd::start_stopped(1);
-        etcd.spawn(0, Some((ca, cert, key)));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let url = format!("https://127.0.0.1:{}", etcd.members[0].client);
-        loop {
-            let ok = Command::new(ETCDCTL)
-                .args(["--endpoints", &url, "--cacert"])
-                .arg(ca)
-                .arg("--cert")
-                .arg(cert)
-                .arg("--key")
-                .arg(key)
-                .args(["endpoint", "health"])
-                .env("ETCDCTL_API", "3")
-                .output()
-                .unwrap()
-                .status
-                .success();
-            if ok {
-                return etcd;
-            }
-            assert!(Instant::now() < deadline, "etcd (TLS) never became healthy");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 
-    fn start_stopped(members: usize) -> Etcd {
-        let dir = tempfile::tempdir().unwrap();
-        Etcd {
-            token: format!("wasm-ipam-test-{}", std::process::id()),
-            dir,
-            members: (0..members)
-                .map(|i| Member {
-                    name: format!("m{i}"),
-                    client: free_port(),
-                    peer: free_port(),
-                    child: None,
-                })
-                .collect(),
-        }
-    }
-
-    fn spawn(&mut self, i: usize, tls: Option<(&Path, &Path, &Path)>) {
-        let scheme = if tls.is_some() { "https" } else { "http" };
+    fn spawn(&mut self, i: usize) {
         let cluster: Vec<String> = self
             .members
             .iter()
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
             .collect();
         let m = &self.members[i];
-        let client_url = format!("{scheme}://127.0.0.1:{}", m.client);
+        let client_url = format!("{}://127.0.0.1:{}", self.scheme(), m.client);
         let peer_url = format!("http://127.0.0.1:{}", m.peer);
         let log = std::fs::File::create(self.dir.path().join(format!("{}.log", m.name))).unwrap();
         let mut cmd = Command::new(ETCD);
@@ -138,7 +110,7 @@ impl Etcd {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        if let Some((ca, cert, key)) = tls {
+        if let Some((ca, cert, key)) = &self.tls {
             cmd.arg("--cert-file")
                 .arg(cert)
                 .arg("--key-file")
@@ -154,7 +126,7 @@ impl Etcd {
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
             .collect()
     }
 
@@ -173,25 +145,38 @@ impl Etcd {
 
     /// Starts member `i` again on its data and ports, and waits until it answers.
     pub fn restart(&mut self, i: usize) {
-        self.spawn(i, None);
+        self.spawn(i);
         self.wait_healthy();
+    }
+
+    /// `etcdctl` aimed at the live members (with the server's certificate as its
+    /// client certificate under TLS: the test CA signs it for both uses).
+    fn etcdctl(&self) -> Command {
+        let live: Vec<String> = self
+            .endpoints()
+            .into_iter()
+            .zip(&self.members)
+            .filter(|(_, m)| m.child.is_some())
+            .map(|(url, _)| url)
+            .collect();
+        let mut cmd = Command::new(ETCDCTL);
+        cmd.arg("--endpoints")
+            .arg(live.join(","))
+            .env("ETCDCTL_API", "3");
+        if let Some((ca, cert, key)) = &self.tls {
+            cmd.arg("--cacert")
+                .arg(ca)
+                .arg("--cert")
+                .arg(cert)
+                .arg("--key")
+                .arg(key);
+        }
+        cmd
     }
 
     /// `etcdctl` against the live members; stdout.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let live: Vec<String> = self
-            .members
-            .iter()
-            .filter(|m| m.child.is_some())
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
-            .collect();
-        let out = Command::new(ETCDCTL)
-            .arg("--endpoints")
-            .arg(live.join(","))
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .unwrap();
+        let out = self.etcdctl().args(args).output().unwrap();
         assert!(
             out.status.success(),
             "etcdctl {args:?}: {}",
@@ -212,17 +197,9 @@ impl Etcd {
     fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let live: Vec<String> = self
-                .members
-                .iter()
-                .filter(|m| m.child.is_some())
-                .map(|m| format!("http://127.0.0.1:{}", m.client))
-                .collect();
-            let ok = Command::new(ETCDCTL)
-                .arg("--endpoints")
-                .arg(live.join(","))
+            let ok = self
+                .etcdctl()
                 .args(["endpoint", "health"])
-                .env("ETCDCTL_API", "3")
                 .stderr(Stdio::null())
                 .stdout(Stdio::null())
                 .status()
@@ -715,7 +692,7 @@ fn tls_with_a_client_certificate() {
     let certs = tempfile::tempdir().unwrap();
     let (ca, server, server_key, client, client_key) = certificates(certs.path());
     let etcd = Etcd::start_tls(&ca, &server, &server_key);
-    let url = format!("https://127.0.0.1:{}", etcd.members[0].client);
+    let url = etcd.endpoints()[0].clone();
     let node = Node::new();
     let store = json!({"type": "etcd", "endpoints": [url], "prefix": "/tls/",
         "tls": {"ca": ca, "cert": client, "key": client_key}});
