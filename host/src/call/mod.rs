@@ -245,7 +245,13 @@ fn run_guest(
     call: Call,
 ) -> (Outcome, GuestReport) {
     let mut report = GuestReport::default();
-    let mut store = match store::open_for(&conf.ipam, deadline.remaining()) {
+    // The request carries the node's name already (a hostname lookup otherwise).
+    let mut store = match store::open_with(
+        &conf.ipam.store,
+        &conf.ipam.data_dir,
+        &request.node_name,
+        deadline.remaining(),
+    ) {
         Ok(store) => store,
         Err(e) => return (Err(e), report),
     };

@@ -12,7 +12,7 @@ pub mod etcd;
 mod legacy;
 pub mod sqlite;
 
-use crate::config::{HostIpamConfig, StoreConfig};
+use crate::config::StoreConfig;
 use crate::error::{CniError, code};
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -204,15 +204,10 @@ pub fn open(data_dir: &Path, wait: Duration) -> Result<Box<dyn Store>, CniError>
     Ok(Box::new(sqlite::SqliteStore::open(data_dir, wait)?))
 }
 
-/// Opens the store `ipam` configures: the embedded one in `dataDir` or etcd, with
-/// `wait` as the budget of opening (and, for etcd, of every request after).
-pub fn open_for(ipam: &HostIpamConfig, wait: Duration) -> Result<Box<dyn Store>, CniError> {
-    open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)
-}
-
-/// [`open_for`] with the settings given one by one: `node` is the node's name (etcd
-/// keeps a usage row per node), `data_dir` the embedded store's directory (for etcd,
-/// where the node's rate limiter keeps its state).
+/// Opens the store `config` selects: the embedded one in `data_dir`, or etcd, with
+/// `wait` as the budget of opening (and, for etcd, of every request after). `node`
+/// is the node's name (etcd keeps a usage row per node); for etcd, `data_dir` is
+/// where the node's rate limiter keeps its state.
 pub fn open_with(
     config: &StoreConfig,
     data_dir: &Path,
