@@ -6,8 +6,8 @@
 //! wasm-ipam's logs: the datastore's requests, conflicts and retries per call, and the
 //! time calls spent waiting for etcd.
 
-use super::{Peer, addresses, wall_ms, warm_cache};
-use crate::process::{Finished, Runner};
+use super::{Peer, addresses, herd_on, wall_ms, warm_cache};
+use crate::process::Finished;
 use crate::report::{Section, table};
 use crate::setup::{Node, Paths, TempDir};
 use crate::stats::{Samples, ms, ratio};
@@ -103,24 +103,6 @@ struct Herd {
     conflicts: u64,
 }
 
-/// Spawns `command` for every id at once, each on its node's peer.
-fn spawn_all(
-    peers: &[Peer],
-    command: &str,
-    ids: &[String],
-    out: Option<&[PathBuf]>,
-) -> io::Result<Vec<Finished>> {
-    let mut runner = Runner::new();
-    for (i, id) in ids.iter().enumerate() {
-        let mut call = peers[i % peers.len()].call(command, id);
-        call.stdout = out.map(|o| o[i].clone());
-        runner.spawn(i, &call)?;
-    }
-    let mut done = runner.reap_all();
-    done.sort_by_key(|f| f.tag);
-    Ok(done)
-}
-
 fn one_herd(
     paths: &Paths,
     cache: &TempDir,
@@ -163,7 +145,7 @@ fn one_herd(
         .enumerate()
         .map(|(i, id)| cluster[i % nodes].out(id))
         .collect();
-    let adds = spawn_all(&peers, "ADD", &ids, Some(&outs))?;
+    let adds = herd_on(&peers, "ADD", &ids, |i, _| Some(outs[i].clone()))?;
     let distinct = addresses(
         outs.iter()
             .zip(&adds)
@@ -173,7 +155,7 @@ fn one_herd(
     .into_iter()
     .collect::<HashSet<_>>()
     .len();
-    let dels = spawn_all(&peers, "DEL", &ids, None)?;
+    let dels = herd_on(&peers, "DEL", &ids, |_, _| None)?;
     let failures = adds.iter().chain(&dels).filter(|f| !f.success).count();
     let lines: Vec<Value> = peers
         .iter()

@@ -106,10 +106,23 @@ pub fn herd(
     ids: &[String],
     stdout_of: impl Fn(&str) -> Option<PathBuf>,
 ) -> io::Result<Vec<Finished>> {
+    herd_on(std::slice::from_ref(peer), command, ids, |_, id| {
+        stdout_of(id)
+    })
+}
+
+/// [`herd`] spread over several nodes' peers: call `i` goes to `peers[i % len]`, and
+/// `stdout_of` is given its index too.
+pub fn herd_on(
+    peers: &[Peer],
+    command: &str,
+    ids: &[String],
+    stdout_of: impl Fn(usize, &str) -> Option<PathBuf>,
+) -> io::Result<Vec<Finished>> {
     let mut runner = Runner::new();
     for (i, id) in ids.iter().enumerate() {
-        let mut call = peer.call(command, id);
-        call.stdout = stdout_of(id);
+        let mut call = peers[i % peers.len()].call(command, id);
+        call.stdout = stdout_of(i, id);
         runner.spawn(i, &call)?;
     }
     let mut done = runner.reap_all();
@@ -118,7 +131,7 @@ pub fn herd(
             "{} of {} {} calls could not be reaped",
             ids.len() - done.len(),
             ids.len(),
-            peer.name
+            peers[0].name
         )));
     }
     done.sort_by_key(|f| f.tag);
