@@ -184,7 +184,7 @@ impl StoreConfig {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawHostIpam {
     module: Option<PathBuf>,
@@ -388,6 +388,15 @@ impl NetConf {
 }
 
 impl HostIpamConfig {
+    /// Every setting at its default, serving `module`: for a network the host knows
+    /// no configuration of (an imported one).
+    pub fn defaults(module: PathBuf) -> Result<Self, CniError> {
+        Self::from_raw(RawHostIpam {
+            module: Some(module),
+            ..RawHostIpam::default()
+        })
+    }
+
     fn from_raw(raw: RawHostIpam) -> Result<Self, CniError> {
         let limits = limits_from_raw(&raw)?;
         let store = StoreConfig::from_raw(raw.store)?;

@@ -155,6 +155,11 @@ fn check_file_meta(path: &Path, meta: &fs::Metadata) -> io::Result<bool> {
     Ok(meta.mode() & 0o077 != 0)
 }
 
+/// Makes a rename or a new name in `dir` durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,4 +17,6 @@ pub mod lock;
 pub mod logging;
 pub mod module;
 pub mod operator;
+pub mod pipeline;
 pub mod store;
+pub mod test_hook;

@@ -167,3 +167,69 @@ fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
     assert_eq!(added.address(), "10.77.0.2/24", "{added:?}");
     run("DEL").ok();
 }
+
+/// `--gc-timer` writes a systemd service and timer whose command is a `wasm-ipam gc`
+/// this binary accepts, for the installed network, its store and lock; again, it
+/// changes nothing.
+#[test]
+fn install_writes_a_gc_timer_whose_command_runs() {
+    let tree = Tree {
+        root: tempfile::tempdir().unwrap(),
+    };
+    let systemd = tree
+        .path("etc/systemd/system")
+        .to_string_lossy()
+        .into_owned();
+    let socket = format!("unix://{}", tree.path("run/containerd.sock").display());
+    let args = [
+        "--gc-timer",
+        "--systemd-dir",
+        &systemd,
+        "--runtime-endpoint",
+        &socket,
+    ];
+    let (ok, stdout, stderr) = tree.install(&args);
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("systemctl enable --now wasm-ipam-gc.timer"),
+        "{stdout}"
+    );
+    let service =
+        std::fs::read_to_string(tree.path("etc/systemd/system/wasm-ipam-gc.service")).unwrap();
+    let timer =
+        std::fs::read_to_string(tree.path("etc/systemd/system/wasm-ipam-gc.timer")).unwrap();
+    assert!(timer.contains("OnUnitActiveSec=5min") && timer.contains("WantedBy=timers.target"));
+    let exec = service
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap_or_else(|| panic!("no ExecStart in {service}"));
+    let words: Vec<&str> = exec.split(' ').collect();
+    assert_eq!(
+        words[0],
+        tree.path("opt/cni/bin/wasm-ipam").to_str().unwrap()
+    );
+    assert!(
+        exec.contains("gc --network installed")
+            && exec.contains(&format!("--runtime-endpoint {socket}"))
+            && exec.contains(tree.path("var/lib/wasm-ipam").to_str().unwrap()),
+        "{exec}"
+    );
+    // The installed binary takes the command: it reaches the (empty) store, which
+    // has no record of the network yet, and says so.
+    let out = Command::new(words[0]).args(&words[1..]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("no module is recorded for network installed"),
+        "{stderr}"
+    );
+    let (ok, stdout, _) = tree.install(&args);
+    assert!(ok, "{stdout}");
+    for unit in ["wasm-ipam-gc.service", "wasm-ipam-gc.timer"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("unchanged") && l.ends_with(unit)),
+            "{stdout}"
+        );
+    }
+}

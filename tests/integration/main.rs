@@ -19,6 +19,7 @@ mod install;
 mod local_security;
 mod main_plugins;
 mod operators;
+mod pipeline;
 mod protocol;
 mod static_py;
 mod store;

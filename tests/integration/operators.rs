@@ -162,7 +162,7 @@ fn import_from_host_local_continues_without_reuse() {
     let legacy = legacy_module().to_string_lossy().into_owned();
     let (ok, _, stderr) = import(&["--module", &legacy]);
     assert!(
-        !ok && stderr.contains("does not export cni:ipam/migrate@0.2.0"),
+        !ok && stderr.contains("does not export migrate (cni:ipam/migrate@0.2.0"),
         "{stderr}"
     );
     assert!(node.store_entries("testnet").is_empty());

@@ -4,8 +4,9 @@
 //! granted first come, first served rather than in flock's arbitrary order.
 //!
 //! The grant instant is recorded in the guard, because the deadline must start there
-//! and nowhere earlier (see [`crate::call::deadline::Deadline::from_grant`]).
+//! and nowhere earlier (see [`deadline::Deadline::from_grant`]).
 
+pub mod deadline;
 pub mod queue;
 
 use crate::error::{CniError, code};

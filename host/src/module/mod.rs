@@ -2,10 +2,14 @@
 //! digest, cached), and running one handler call in it with only the interfaces the
 //! host provides (`host/`, one file per WIT interface).
 
+pub(crate) mod answer;
 pub(crate) mod bindings;
 pub mod cache;
 pub mod compile;
+pub mod contract;
 pub mod engine;
 pub mod file;
 pub(crate) mod host;
+pub mod instance;
+mod trap;
 pub(crate) mod wasi;

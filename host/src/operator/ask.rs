@@ -1,22 +1,19 @@
-//! Asking a network's module on an operator's behalf (`list`, `stats`, imports): the
-//! same order as a CNI call. The module is loaded (and compiled, if need be) before
-//! the lock; under the lock the deadline starts at the grant, the module is
-//! instantiated and asked, and only an import commits, all or nothing.
+//! Asking a network's module on an operator's behalf (`list`, `stats`, `forget`,
+//! imports, `gc`, `release-node`): through the same locked pipeline as a CNI call
+//! ([`crate::pipeline`]), with the same log line.
 //!
 //! Which module serves a network, and with which configuration, is what the store
 //! recorded of the last call that committed to it ([`ServedBy`]); an operator can
-//! name one instead (`--netconf`).
+//! name one instead (`--netconf`). The store and the lock are the operator's
+//! (`--data-dir`, `--lock-file`), whatever the recorded configuration says.
 
-use crate::call::deadline::Deadline;
-use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DEADLINE, NetConf, StoreConfig};
+use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
-use crate::limits::Limits;
 use crate::lock;
 use crate::module::bindings::{inspect, types};
-use crate::module::cache::ModuleCache;
-use crate::module::engine::{Answer, LoadedModule, ModuleHost, Work};
-use crate::module::host::{GuestLog, GuestState, GuestStore};
-use crate::store::{self, Quota, Records, ServedBy};
+use crate::module::instance::{Answer, Work};
+use crate::pipeline::{self, Label, Network, Session};
+use crate::store::{self, Records, ServedBy};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,7 +26,8 @@ pub struct Place {
 }
 
 impl Place {
-    /// Runs `f` on the store under the host-wide lock (and `store.lock`).
+    /// Runs `f` on the embedded store under the host-wide lock (and `store.lock`),
+    /// for what needs no module: the store's records, forgetting a network.
     pub fn with_store<T>(
         &self,
         f: impl FnOnce(&mut dyn store::Store) -> Result<T, CniError>,
@@ -44,29 +42,18 @@ impl Place {
     }
 }
 
-/// A network's module, loaded and ready to ask, with the settings its configuration
-/// gives (defaults where it has none).
+/// A network's module and settings, ready to ask: its configuration's (defaults where
+/// it has none), with the operator's store and lock.
 pub struct Asked {
     pub network: String,
     pub served_by: ServedBy,
-    host: ModuleHost,
-    module: LoadedModule,
-    limits: Limits,
-    budget: Duration,
-    node_name: String,
-    /// Where the network's entries are, as its configuration says.
-    store: StoreConfig,
+    settings: Network,
+    /// The recorded configuration, parsed, if there is one.
+    conf: Option<NetConf>,
 }
 
 impl Asked {
-    /// Loads the module `served_by` names, before any lock. A module whose digest
-    /// changed since it served the network is used as it is now (the next CNI call
-    /// would run it too), with a warning in `notes`.
-    pub fn load(
-        network: &str,
-        served_by: ServedBy,
-        notes: &mut Vec<String>,
-    ) -> Result<Self, CniError> {
+    pub fn new(network: &str, served_by: ServedBy, place: &Place) -> Result<Self, CniError> {
         let conf = served_by
             .config
             .as_deref()
@@ -81,49 +68,64 @@ impl Asked {
                     ),
                 )
             })?;
-        let ipam = conf.as_ref().map(|c| &c.ipam);
-        let limits = ipam.map(|i| i.limits).unwrap_or_default();
-        let cache_dir = ipam.map_or(PathBuf::from(DEFAULT_CACHE_DIR), |i| i.cache_dir.clone());
-        let host = ModuleHost::new()?;
-        let cache = ModuleCache::open(&cache_dir).ok();
-        let module = host
-            .load(&served_by.module, None, cache.as_ref(), &limits)
-            .map_err(|e| in_network(network, e))?;
-        if module.sha256 != served_by.sha256 && !served_by.sha256.is_empty() {
-            notes.push(format!(
-                "network {network}: module {} changed since it last served the network (sha256 {} then, {} now); asked as it is now",
-                served_by.module.display(),
-                served_by.sha256,
-                module.sha256
-            ));
-        }
+        let mut ipam = match &conf {
+            Some(conf) => conf.ipam.clone(),
+            None => HostIpamConfig::defaults(served_by.module.clone())?,
+        };
+        // The module is the one recorded (an operator's --module may name another).
+        ipam.module = served_by.module.clone();
+        ipam.module_sha256 = None;
+        ipam.data_dir = place.data_dir.clone();
+        ipam.lock_file = place.lock_file.clone();
+        ipam.lock_timeout = Some(place.lock_timeout);
         Ok(Asked {
             network: network.to_string(),
-            budget: ipam.map_or(DEFAULT_DEADLINE, |i| i.deadline),
-            node_name: ipam.map_or_else(crate::config::hostname, |i| i.node_name()),
-            store: ipam.map_or(StoreConfig::Embedded, |i| i.store.clone()),
+            settings: Network {
+                name: network.to_string(),
+                ipam,
+                config: served_by.config.clone(),
+            },
             served_by,
-            host,
-            module,
-            limits,
+            conf,
         })
     }
 
-    /// Fails now, before any lock, if the module lacks the `inspect` export.
-    pub fn require_inspect(&self) -> Result<(), CniError> {
-        if self.module.exports_inspect() {
-            return Ok(());
-        }
-        Err(CniError::new(
-            code::MODULE_REJECTED,
-            format!(
-                "network {}: module {} does not export inspect (cni:ipam/inspect@0.2.0; it targets {}), so the host cannot list its allocations or pools",
-                self.network,
-                self.served_by.module.display(),
-                self.module.contract.name()
-            ),
-        )
-        .with_details("rebuild the module against cni:ipam@0.2.0 (docs/wit-versions.md)"))
+    /// Whether the network's store is shared by nodes (etcd).
+    pub fn shared(&self) -> bool {
+        !matches!(self.settings.ipam.store, StoreConfig::Embedded)
+    }
+
+    /// A CNI GC request for the module, as a runtime's GC would make it on this node;
+    /// the pipeline stamps it with the grant. Needs the network's configuration: the
+    /// module reads its own settings there.
+    pub fn gc_request(&self) -> Result<types::Request, CniError> {
+        let conf = self.conf.as_ref().ok_or_else(|| {
+            CniError::config(format!(
+                "network {}: no configuration is recorded for it, so its module cannot be told its settings; pass --netconf",
+                self.network
+            ))
+        })?;
+        Ok(types::Request {
+            command: types::Command::Gc,
+            container_id: String::new(),
+            netns: String::new(),
+            ifname: String::new(),
+            args: Vec::new(),
+            network_name: self.network.clone(),
+            cni_version: conf.cni_version.clone(),
+            config: conf.module_config()?,
+            prev_result: None,
+            lock_granted_at: types::WallInstant {
+                seconds: 0,
+                nanoseconds: 0,
+            },
+            node_name: self.node_name(),
+        })
+    }
+
+    /// The node the network's calls run as (`ipam.nodeName`, else the hostname).
+    pub fn node_name(&self) -> String {
+        self.settings.ipam.node_name()
     }
 
     /// What `inspect` is told of the network.
@@ -134,7 +136,7 @@ impl Asked {
         inspect::Context {
             network_name: self.network.clone(),
             config: self.served_by.config.clone(),
-            node_name: self.node_name.clone(),
+            node_name: self.node_name(),
             now: types::WallInstant {
                 seconds: now.as_secs(),
                 nanoseconds: now.subsec_nanos(),
@@ -142,54 +144,39 @@ impl Asked {
         }
     }
 
-    /// Asks the module `work` under the lock, with the network's budget from the
-    /// grant. Read-only unless `commit`: then the module's writes are committed (and
-    /// the module recorded as serving the network) if it answered ok.
-    pub fn ask(&self, place: &Place, work: Work, commit: bool) -> Result<Answer, CniError> {
-        let lock = lock::acquire(&place.lock_file, Some(place.lock_timeout))?;
-        let deadline = Deadline::from_grant(&lock, self.budget);
-        let store = store::open_with(
-            &self.store,
-            &place.data_dir,
-            &self.node_name,
-            deadline.remaining(),
-        )?;
-        let mut guest_store = GuestStore::new(
-            store,
-            self.network.clone(),
-            deadline,
-            self.limits.host_memory,
-        );
-        if !commit {
-            guest_store = guest_store.read_only();
+    /// Runs `steps` through the pipeline for operator command `command`. A module
+    /// whose digest changed since it served the network is used as it is now (the
+    /// next CNI call would run it too), with a warning in `notes`.
+    pub fn run<T>(
+        &self,
+        command: &str,
+        notes: &mut Vec<String>,
+        steps: impl Fn(&mut Session) -> Result<T, CniError>,
+    ) -> Result<T, CniError> {
+        let ran = pipeline::run(&self.settings, &Label::operator(command), &|| false, steps);
+        if let Some(now) = &ran.sha256
+            && !self.served_by.sha256.is_empty()
+            && *now != self.served_by.sha256
+        {
+            notes.push(format!(
+                "network {}: module {} changed since it last served the network (sha256 {} then, {now} now); asked as it is now",
+                self.network,
+                self.served_by.module.display(),
+                self.served_by.sha256,
+            ));
         }
-        let state = GuestState::new(
-            guest_store,
-            deadline,
-            GuestLog::new(deadline, self.limits.log_bytes),
-            &self.limits,
-        );
-        let outcome = self.host.call(&self.module, state, work);
-        let answer = outcome.result.map_err(|e| in_network(&self.network, e))?;
-        if commit {
-            let (mut store, changes) = outcome.state.store.into_parts();
-            store.record_served_by(&self.network, &self.served_by_now());
-            let quota = Quota {
-                entries: self.limits.store_entries,
-                bytes: self.limits.store_bytes,
-            };
-            store.commit(&self.network, &changes, quota, &|| deadline.expired())?;
-        }
-        Ok(answer)
+        ran.result.map_err(|e| in_network(&self.network, e))
     }
 
-    /// The record, with the digest of the module as it was asked.
-    fn served_by_now(&self) -> ServedBy {
-        ServedBy {
-            sha256: self.module.sha256.clone(),
-            contract: self.module.contract.name(),
-            ..self.served_by.clone()
-        }
+    /// Asks the module `work` alone, read-only or committing its writes.
+    pub fn ask(
+        &self,
+        command: &str,
+        work: Work,
+        writes: pipeline::Writes,
+        notes: &mut Vec<String>,
+    ) -> Result<Answer, CniError> {
+        self.run(command, notes, |session| session.ask(work.clone(), writes))
     }
 }
 

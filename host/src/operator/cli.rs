@@ -7,10 +7,11 @@ use crate::error::CniError;
 use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
-use crate::module::engine::ModuleHost;
+use crate::module::instance::ModuleHost;
 use crate::operator::ask::{Asked, Place};
 use crate::operator::inventory::printable;
-use crate::operator::{describe, import, inventory, metrics};
+use crate::operator::runtime::Runtime;
+use crate::operator::{describe, gc, import, inventory, metrics};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -171,6 +172,12 @@ enum Operation {
         #[command(subcommand)]
         action: StoreAction,
     },
+    /// Release the addresses whose sandbox the container runtime no longer has (a DEL
+    /// that never came), through each network's module's CNI GC; see docs/install.md,
+    /// "Leaked addresses". Exits 0 when it ran, leaks or not; non-zero when it could
+    /// not (runtime, store or module error), having released nothing the runtime did
+    /// not confirm gone.
+    Gc(GcArgs),
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses: the module serving the network (its `migrate` export)
     /// takes them over.
@@ -196,6 +203,49 @@ enum Operation {
         #[arg(long, default_value = DEFAULT_LOCK_FILE)]
         lock_file: PathBuf,
     },
+}
+
+/// `wasm-ipam gc`'s arguments.
+#[derive(clap::Args)]
+struct GcArgs {
+    #[command(flatten)]
+    store: StoreArgs,
+    /// The container runtime's CRI socket, as crictl takes it (default:
+    /// $CONTAINER_RUNTIME_ENDPOINT, else the first of containerd's and CRI-O's
+    /// sockets that exists).
+    #[arg(long)]
+    runtime_endpoint: Option<String>,
+    /// For a runtime without CRI (podman): a file of the live container ids, one per
+    /// line (`podman ps -aq --no-trunc`), instead of asking a CRI runtime.
+    #[arg(long, conflicts_with = "runtime_endpoint")]
+    valid_from: Option<PathBuf>,
+    /// The network(s) to reconcile, as the store recorded them. Networks are named: a
+    /// runtime must never be asked about another runtime's containers.
+    #[arg(long, required_unless_present_any = ["netconf", "all_networks"])]
+    network: Vec<String>,
+    /// The network configuration (or conflist) of a network to reconcile.
+    #[arg(long, conflicts_with_all = ["network", "all_networks"])]
+    netconf: Option<PathBuf>,
+    /// Every network the store holds (only when one runtime serves them all).
+    #[arg(long, conflicts_with = "network")]
+    all_networks: bool,
+    /// An allocation younger than this is never released: a pod being started is
+    /// listed by its runtime only once its ADD has returned. `0s` only on a node where
+    /// nothing is being started.
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    grace: Duration,
+    /// How long the runtime may take to answer.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    timeout: Duration,
+    /// Print the leaks; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Release even when the runtime lists no sandbox at all.
+    #[arg(long)]
+    allow_empty: bool,
+    /// JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -298,7 +348,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let place = store.place()?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
-            crate::call::test_panic("list");
+            crate::test_hook::test_panic("list");
             let mut allocations = inventory::allocations(&place, networks, &mut notes);
             if let Some(node) = &node {
                 allocations.retain(|a| a.attributes.get("node") == Some(node));
@@ -432,6 +482,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             .into())
         }
         Operation::Store { action } => store_action(action).map(Output::from),
+        Operation::Gc(args) => gc(args),
         Operation::ImportHostLocal {
             data_dir,
             network,
@@ -478,8 +529,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                             ))
                         })?,
                 };
-                let asked = Asked::load(name, served_by, &mut out.notes)?;
-                let r = import::import_host_local(&place, &asked, &data_dir.join(name))?;
+                let asked = Asked::new(name, served_by, &place)?;
+                let r = import::import_host_local(&asked, &data_dir.join(name), &mut out.notes)?;
                 out.text += &format!(
                     "{name}: imported {} entr{} into {}; {} already present\n",
                     r.imported,
@@ -493,6 +544,97 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             Ok(out)
         }
     }
+}
+
+/// An age as kubectl prints one: `45s`, `12m`, `5h`, `3d`.
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
+}
+
+fn gc(args: GcArgs) -> Result<Output, CniError> {
+    let place = args.store.place()?;
+    let runtime = match &args.valid_from {
+        Some(path) => Runtime::File(path.clone()),
+        None => Runtime::cri(args.runtime_endpoint.as_deref())?,
+    };
+    let networks = match (&args.netconf, args.all_networks) {
+        (Some(_), _) => inventory::networks(&place, None, args.netconf.as_deref())?,
+        (None, true) => place.served()?,
+        (None, false) => {
+            let mut all = place.served()?;
+            for name in &args.network {
+                if !all.iter().any(|(n, _)| n == name) {
+                    return Err(CniError::config(format!(
+                        "no module is recorded for network {name}: no call has committed to it (pass --netconf with its configuration)"
+                    )));
+                }
+            }
+            all.retain(|(n, _)| args.network.contains(n));
+            all
+        }
+    };
+    let mut notes = Vec::new();
+    let mut failed = false;
+    let mut asked = Vec::new();
+    for (network, served_by) in networks {
+        match served_by
+            .map_err(|e| CniError::new(crate::error::code::STORE_FAILURE, e))
+            .and_then(|s| Asked::new(&network, s, &place))
+        {
+            Ok(a) => asked.push(a),
+            Err(e) => {
+                notes.push(format!("network {network}: {e}"));
+                failed = true;
+            }
+        }
+    }
+    let options = gc::Options {
+        runtime,
+        grace: args.grace,
+        timeout: args.timeout,
+        dry_run: args.dry_run,
+        allow_empty: args.allow_empty,
+    };
+    let outcome = gc::gc(asked, &options)?;
+    notes.extend(outcome.notes);
+    failed |= outcome.failed;
+    let text = if args.json {
+        let mut text = serde_json::to_string_pretty(&outcome.leaks).expect("serialisable");
+        text.push('\n');
+        text
+    } else {
+        let mut text = format!(
+            "{:<20} {:<40} {:<64} {:<10} {:<10} {:<20} {}\n",
+            "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "AGE", "NODE", "RELEASED"
+        );
+        for leak in &outcome.leaks {
+            text += &format!(
+                "{:<20} {:<40} {:<64} {:<10} {:<10} {:<20} {}\n",
+                printable(&leak.network),
+                leak.address,
+                printable(&leak.container_id),
+                printable(&leak.ifname),
+                leak.age_seconds.map_or("-".into(), age),
+                printable(&leak.node),
+                match (args.dry_run, leak.released) {
+                    (true, _) => "no (dry run)",
+                    (false, true) => "yes",
+                    (false, false) => "no (the module kept it)",
+                }
+            );
+        }
+        text
+    };
+    Ok(Output {
+        text,
+        notes,
+        failed,
+    })
 }
 
 fn store_action(action: StoreAction) -> Result<String, CniError> {

@@ -6,8 +6,8 @@
 use crate::error::CniError;
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
-use crate::module::engine::{Compiled, ModuleHost};
 use crate::module::file::ModuleFile;
+use crate::module::instance::{Compiled, ModuleHost};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;

@@ -4,8 +4,9 @@
 //! asked (it may hold addresses still in use): `--force` removes it anyway.
 
 use crate::error::{CniError, code};
-use crate::module::engine::{Answer, Work};
+use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place};
+use crate::pipeline::Writes;
 
 /// Removes `network`; says what went.
 pub fn forget(place: &Place, network: &str, force: bool) -> Result<String, CniError> {
@@ -22,53 +23,57 @@ pub fn forget(place: &Place, network: &str, force: bool) -> Result<String, CniEr
             "the store holds nothing for network {network}"
         )));
     }
-    if !force {
-        let held = match served {
+    let removed = if force {
+        let (removed, written) = place.with_store(|s| s.forget(network))?;
+        written.sync()?;
+        removed
+    } else {
+        let served_by = match served {
             None => Err(format!(
                 "no module is recorded for network {network}, so nothing can say whether it holds addresses"
             )),
-            Some(Err(e)) => Err(e),
-            Some(Ok(served_by)) => allocations(place, network, served_by),
+            Some(record) => record,
         };
-        match held {
-            Ok(0) => {}
-            Ok(n) => {
-                return Err(CniError::new(
-                    code::INVALID_NETWORK_CONFIG,
-                    format!(
-                        "network {network} still holds {n} allocation(s) (wasm-ipam list --network {network}); release them, or pass --force to forget it anyway"
-                    ),
-                ));
-            }
-            Err(why) => {
-                return Err(CniError::new(
-                    code::INVALID_NETWORK_CONFIG,
-                    format!(
-                        "cannot tell whether network {network} holds allocations: {why}; pass --force to forget it anyway"
-                    ),
-                ));
-            }
-        }
-    }
-    let removed = place.with_store(|s| s.forget(network))?;
+        forget_if_empty(place, network, served_by)?
+    };
     Ok(format!(
         "forgot network {network}: {removed} store entr{} and its record\n",
         if removed == 1 { "y" } else { "ies" }
     ))
 }
 
-/// How many allocations the network's module reports, or why it cannot say.
-fn allocations(
+/// Under one hold of the lock, asks the network's module for its allocations and
+/// forgets the network only if it reports none: no ADD can slip in between.
+fn forget_if_empty(
     place: &Place,
     network: &str,
-    served_by: crate::store::ServedBy,
-) -> Result<usize, String> {
-    let mut notes = Vec::new();
-    let asked = Asked::load(network, served_by, &mut notes).map_err(|e| e.to_string())?;
-    asked.require_inspect().map_err(|e| e.to_string())?;
-    match asked.ask(place, Work::Allocations(asked.context()), false) {
-        Ok(Answer::Allocations(list)) => Ok(list.len()),
-        Ok(_) => Err("the module answered something else".into()),
-        Err(e) => Err(e.to_string()),
-    }
+    served_by: Result<crate::store::ServedBy, String>,
+) -> Result<u64, CniError> {
+    let cannot_tell = |why: String| {
+        CniError::new(
+            code::INVALID_NETWORK_CONFIG,
+            format!(
+                "cannot tell whether network {network} holds allocations: {why}; pass --force to forget it anyway"
+            ),
+        )
+    };
+    let asked = Asked::new(network, served_by.map_err(cannot_tell)?, place)
+        .map_err(|e| cannot_tell(e.to_string()))?;
+    let work = Work::Allocations(asked.context());
+    asked.run("forget", &mut Vec::new(), |session| {
+        let held = match session.ask(work.clone(), Writes::ReadOnly) {
+            Ok(Answer::Allocations(list)) => list.len(),
+            Ok(_) => return Err(cannot_tell("the module answered something else".into())),
+            Err(e) => return Err(cannot_tell(e.to_string())),
+        };
+        if held > 0 {
+            return Err(CniError::new(
+                code::INVALID_NETWORK_CONFIG,
+                format!(
+                    "network {network} still holds {held} allocation(s) (wasm-ipam list --network {network}); release them, or pass --force to forget it anyway"
+                ),
+            ));
+        }
+        session.forget_network()
+    })
 }

@@ -8,8 +8,9 @@
 
 use crate::error::{CniError, code};
 use crate::module::bindings::{migrate, types};
-use crate::module::engine::{Answer, Import, Work};
-use crate::operator::ask::{Asked, Place};
+use crate::module::instance::{Answer, Import, Work};
+use crate::operator::ask::Asked;
+use crate::pipeline::Writes;
 use std::io::Read;
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -27,9 +28,9 @@ fn io_error(path: &Path, e: std::io::Error) -> CniError {
 /// holding host-local's own lock (`<network_dir>/lock`) meanwhile so a host-local call
 /// still in flight cannot change the files under it.
 pub fn import_host_local(
-    place: &Place,
     asked: &Asked,
     network_dir: &Path,
+    notes: &mut Vec<String>,
 ) -> Result<migrate::ImportReport, CniError> {
     let host_local_lock = network_dir.join("lock");
     let _held = match std::fs::File::open(&host_local_lock) {
@@ -47,7 +48,7 @@ pub fn import_host_local(
         config: asked.served_by.config.clone(),
         files,
     });
-    match asked.ask(place, work, true)? {
+    match asked.ask("import-host-local", work, Writes::Commit, notes)? {
         Answer::Imported(report) => Ok(report),
         _ => unreachable!("an import answers Imported"),
     }

@@ -9,7 +9,9 @@
 //!    bin dir, so they are linked from where the distribution put them;
 //! 4. the module compiled into the cache, so the first pod does not pay for it;
 //! 5. a conflist (bridge + wasm-ipam, the node's subnet) named to sort first, since
-//!    containerd and CRI-O use only the lexically first conflist in the conf dir.
+//!    containerd and CRI-O use only the lexically first conflist in the conf dir;
+//! 6. with `--gc-timer`, a systemd timer running `wasm-ipam gc` every few minutes, since
+//!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md).
 //!
 //! Every step is idempotent (a file already as wanted is left alone, and each write
 //! replaces the old file atomically), says what it did, and `--dry-run` only says.
@@ -19,7 +21,7 @@ use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::compile::COMPILER;
-use crate::module::engine::ModuleHost;
+use crate::module::instance::ModuleHost;
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -69,9 +71,54 @@ pub struct Install {
     /// The conflist's `ipam.logFile` (default: none).
     #[arg(long)]
     pub log_file: Option<PathBuf>,
+    /// Also write a systemd service and timer (`wasm-ipam-gc.{service,timer}` in
+    /// --systemd-dir) that run `wasm-ipam gc` for the network every 5 minutes.
+    #[arg(long)]
+    pub gc_timer: bool,
+    #[arg(long, default_value = "/etc/systemd/system")]
+    pub systemd_dir: PathBuf,
+    /// The runtime's CRI socket, for the timer's `gc` (default: gc's own choice).
+    #[arg(long)]
+    pub runtime_endpoint: Option<String>,
     /// Say what would be done, and do nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// How often the timer runs `gc`: leaks wait at least the grace period (15 minutes)
+/// anyway, and each run holds the lock only briefly.
+const GC_EVERY: &str = "5min";
+
+/// The systemd service and timer that run `wasm-ipam gc` for the installed network.
+pub fn gc_units(install: &Install) -> (String, String) {
+    let mut command = vec![
+        install.bin_dir.join("wasm-ipam").display().to_string(),
+        "gc".into(),
+        "--network".into(),
+        install.network.clone(),
+    ];
+    let mut flag = |name: &str, value: Option<String>| {
+        if let Some(value) = value {
+            command.extend([format!("--{name}"), value]);
+        }
+    };
+    flag("runtime-endpoint", install.runtime_endpoint.clone());
+    flag(
+        "data-dir",
+        install.data_dir.as_ref().map(|p| p.display().to_string()),
+    );
+    flag(
+        "lock-file",
+        install.lock_file.as_ref().map(|p| p.display().to_string()),
+    );
+    let service = format!(
+        "[Unit]\nDescription=Release addresses whose pod sandbox the container runtime lost (wasm-ipam gc; see wasm-ipam gc --help)\n\n[Service]\nType=oneshot\nExecStart={}\n",
+        command.join(" ")
+    );
+    let timer = format!(
+        "[Unit]\nDescription=Run wasm-ipam gc every {GC_EVERY}\n\n[Timer]\nOnBootSec={GC_EVERY}\nOnUnitActiveSec={GC_EVERY}\n\n[Install]\nWantedBy=timers.target\n"
+    );
+    (service, timer)
 }
 
 /// One line per step: what was done, or would be.
@@ -316,6 +363,24 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
         0o644,
         &mut steps,
     )?;
+    if install.gc_timer {
+        let (service, timer) = gc_units(install);
+        for (name, text) in [
+            ("wasm-ipam-gc.service", service),
+            ("wasm-ipam-gc.timer", timer),
+        ] {
+            put_file(
+                &install.systemd_dir.join(name),
+                text.as_bytes(),
+                0o644,
+                &mut steps,
+            )?;
+        }
+        steps.done(
+            "start the timer with: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
+            "would need: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
+        );
+    }
     let before = sorting_first(install);
     let out = steps.lines.join("\n") + "\n";
     let mut problems = Vec::new();

@@ -5,8 +5,9 @@
 
 use crate::error::CniError;
 use crate::module::bindings::inspect;
-use crate::module::engine::{Answer, Work};
+use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place};
+use crate::pipeline::Writes;
 use crate::store::Records;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -80,34 +81,28 @@ pub fn networks(
     Ok(served)
 }
 
-/// Asks each network's module `work`, loading every module before any lock; a
+/// Asks each network's module `work` (read-only) for operator command `command`; a
 /// network whose module fails is reported in `notes` and the others are still asked.
 fn ask_each(
     place: &Place,
+    command: &str,
     networks: Records,
     work: impl Fn(&Asked) -> Work,
     notes: &mut Vec<String>,
 ) -> Vec<(String, Answer)> {
-    let mut loaded = Vec::new();
+    let mut answers = Vec::new();
     for (network, served_by) in networks {
-        let asked = served_by
+        let answer = served_by
             .map_err(|e| {
                 CniError::new(
                     crate::error::code::STORE_FAILURE,
                     format!("network {network}: {e}"),
                 )
             })
-            .and_then(|s| Asked::load(&network, s, notes))
-            .and_then(|a| a.require_inspect().map(|()| a));
-        match asked {
-            Ok(asked) => loaded.push(asked),
-            Err(e) => notes.push(e.to_string()),
-        }
-    }
-    let mut answers = Vec::new();
-    for asked in loaded {
-        match asked.ask(place, work(&asked), false) {
-            Ok(answer) => answers.push((asked.network.clone(), answer)),
+            .and_then(|s| Asked::new(&network, s, place))
+            .and_then(|asked| asked.ask(command, work(&asked), Writes::ReadOnly, notes));
+        match answer {
+            Ok(answer) => answers.push((network, answer)),
             Err(e) => notes.push(e.to_string()),
         }
     }
@@ -117,7 +112,13 @@ fn ask_each(
 /// Every allocation of the networks asked, in network then address order.
 pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Allocation> {
     let mut out = Vec::new();
-    for (network, answer) in ask_each(place, networks, |a| Work::Allocations(a.context()), notes) {
+    for (network, answer) in ask_each(
+        place,
+        "list",
+        networks,
+        |a| Work::Allocations(a.context()),
+        notes,
+    ) {
         let Answer::Allocations(list) = answer else {
             continue;
         };
@@ -147,18 +148,24 @@ pub fn network_stats(
     networks: Records,
     notes: &mut Vec<String>,
 ) -> Vec<NetworkStats> {
-    ask_each(place, networks, |a| Work::Pools(a.context()), notes)
-        .into_iter()
-        .filter_map(|(network, answer)| match answer {
-            Answer::Pools(pools) => Some(totals(&network, pools)),
-            _ => None,
-        })
-        .collect()
+    ask_each(
+        place,
+        "stats",
+        networks,
+        |a| Work::Pools(a.context()),
+        notes,
+    )
+    .into_iter()
+    .filter_map(|(network, answer)| match answer {
+        Answer::Pools(pools) => Some(totals(&network, pools)),
+        _ => None,
+    })
+    .collect()
 }
 
 /// A module's allocation as shown: the address must be an IP address (a prefix length
 /// is dropped); text is cut to [`MAX_FIELD_BYTES`].
-fn checked_allocation(network: &str, a: inspect::Allocation) -> Option<Allocation> {
+pub fn checked_allocation(network: &str, a: inspect::Allocation) -> Option<Allocation> {
     let text = a
         .address
         .split_once('/')

@@ -627,7 +627,7 @@ impl Store for EtcdStore {
             .collect())
     }
 
-    fn forget(&mut self, network: &str) -> Result<u64, CniError> {
+    fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {
         let held = self.entries(Some(network))?.len() as u64;
         let txn = Txn::new().and_then(vec![
             TxnOp::delete(
@@ -640,7 +640,7 @@ impl Store for EtcdStore {
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })?;
-        Ok(held)
+        Ok((held, Written::durable()))
     }
 
     fn check(&self) -> Result<Vec<String>, CniError> {

@@ -4,9 +4,9 @@
 //! Nothing is lost and nothing is read twice: once the new store exists, the old
 //! file is never looked at again.
 
-use super::sqlite::sync_dir;
 use super::{Usage, entry_bytes, store_error};
 use crate::error::CniError;
+use crate::files::sync_dir;
 use redb::{ReadableDatabase, ReadableTable, TableDefinition, TableError};
 use std::collections::BTreeMap;
 use std::path::Path;

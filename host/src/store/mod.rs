@@ -95,6 +95,39 @@ pub struct ServedBy {
 /// Every network's record, in network order; one the store cannot read is its error.
 pub type Records = Vec<(String, Result<ServedBy, String>)>;
 
+/// The host's own record of one attachment, beside the module's entries and never
+/// among them: when its ADD committed, on which node, in which network namespace.
+/// `gc` reads it for a module that records no age, and to keep an attachment whose
+/// network namespace still exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentRecord {
+    pub container_id: String,
+    pub ifname: String,
+    pub node: String,
+    /// `CNI_NETNS` of the ADD (may be empty).
+    pub netns: String,
+    /// Unix seconds of the ADD's grant.
+    pub added: u64,
+}
+
+/// How a commit changes the host's attachment records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttachmentChange {
+    /// An ADD committed.
+    Added(AttachmentRecord),
+    /// A DEL committed.
+    Removed {
+        container_id: String,
+        ifname: String,
+    },
+    /// A GC committed: every record of `node` whose attachment is not in `valid`
+    /// (container id, ifname) goes.
+    Kept {
+        node: String,
+        valid: Vec<(String, String)>,
+    },
+}
+
 impl ServedBy {
     fn to_json(&self) -> String {
         serde_json::to_string(self).expect("serialisable")
@@ -157,9 +190,20 @@ pub trait Store: Send {
     /// Every network's record, in network order (an unreadable one as its error).
     fn served_by(&self) -> Result<Records, CniError>;
 
-    /// Removes `network` whole, in one durable transaction: its entries, its usage
-    /// and its record. Returns how many entries it held.
-    fn forget(&mut self, network: &str) -> Result<u64, CniError>;
+    /// Changes the host's attachment records of `network` with (and only with) this
+    /// store's next commit to `network` that changes an entry. A store that keeps no
+    /// such records (etcd: a module there records its own ages and nodes) ignores it.
+    fn record_attachment(&mut self, _network: &str, _change: AttachmentChange) {}
+
+    /// The host's attachment records of `network`.
+    fn attachments(&self, _network: &str) -> Result<Vec<AttachmentRecord>, CniError> {
+        Ok(Vec::new())
+    }
+
+    /// Removes `network` whole, in one transaction: its entries, its usage, its record
+    /// and its attachment records. Returns how many entries it held, and the removal
+    /// to sync once the caller has let go of its locks, as a commit's.
+    fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError>;
 
     /// What is wrong with the store, if anything: its own consistency check (pages,
     /// indexes), then every network's recorded usage against its entries

@@ -22,8 +22,8 @@
 //! since a store that lost its entries would hand out addresses still in use.
 
 use super::{
-    Changes, Quota, ServedBy, Store, Usage, WRITES_PER_CLOCK_CHECK, Written, check_quota,
-    entry_bytes, legacy, store_error, too_late,
+    AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Store, Usage,
+    WRITES_PER_CLOCK_CHECK, Written, check_quota, entry_bytes, legacy, store_error, too_late,
 };
 use crate::error::{CniError, code};
 use crate::files;
@@ -38,9 +38,9 @@ pub const DATABASE_FILE: &str = "store.sqlite";
 /// `PRAGMA application_id` of a wasm-ipam store ("WIPM"): tells our file from an
 /// emptied or foreign one.
 const APPLICATION_ID: i32 = 0x5749_504d;
-/// `PRAGMA user_version`: the schema below. Version 1 (v0.1) lacked `served_by`; it
-/// is added when a version-1 store is opened.
-const SCHEMA_VERSION: i32 = 2;
+/// `PRAGMA user_version`: the schema below. Version 1 (v0.1) lacked `served_by` and
+/// version 2 `attachments`; what is missing is added when an older store is opened.
+const SCHEMA_VERSION: i32 = 3;
 const SCHEMA: &str = "
     CREATE TABLE entries (
         network TEXT NOT NULL,
@@ -57,12 +57,33 @@ const SCHEMA: &str = "
         network TEXT NOT NULL PRIMARY KEY,
         record TEXT NOT NULL
     ) WITHOUT ROWID;
+    CREATE TABLE attachments (
+        network TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        ifname TEXT NOT NULL,
+        node TEXT NOT NULL,
+        netns TEXT NOT NULL,
+        added INTEGER NOT NULL,
+        PRIMARY KEY (network, container_id, ifname)
+    ) WITHOUT ROWID;
 ";
-/// What turns a version-1 store into this schema.
+/// What turns a version-1 store into a version-2 one.
 const FROM_VERSION_1: &str = "
     CREATE TABLE served_by (
         network TEXT NOT NULL PRIMARY KEY,
         record TEXT NOT NULL
+    ) WITHOUT ROWID;
+";
+/// What turns a version-2 store into this schema.
+const FROM_VERSION_2: &str = "
+    CREATE TABLE attachments (
+        network TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        ifname TEXT NOT NULL,
+        node TEXT NOT NULL,
+        netns TEXT NOT NULL,
+        added INTEGER NOT NULL,
+        PRIMARY KEY (network, container_id, ifname)
     ) WITHOUT ROWID;
 ";
 /// Log size after which a commit folds the log back into the database: a warm ADD
@@ -79,6 +100,8 @@ pub struct SqliteStore {
     log: PathBuf,
     /// What [`Store::record_served_by`] asked to write with the next commit.
     served_by: Option<(String, String)>,
+    /// What [`Store::record_attachment`] asked to write with the next commit.
+    attachment: Option<(String, AttachmentChange)>,
     /// `store.lock`'s flock, held from open to drop (declared after `conn`, so the
     /// connection closes first).
     _lock: File,
@@ -116,6 +139,7 @@ impl SqliteStore {
             conn,
             log: sidecar(&path, "-wal"),
             served_by: None,
+            attachment: None,
             _lock: lock,
         })
     }
@@ -235,7 +259,7 @@ fn ensure_log(path: &Path) -> std::io::Result<()> {
         Err(_) => {}
     }
     private_file(&log, false)?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
+    files::sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Refuses a file that is not a wasm-ipam store of a schema this build knows.
@@ -254,9 +278,14 @@ fn check_identity(conn: &Connection, path: &Path) -> Result<(), CniError> {
         ));
     }
     let mut version = pragma("user_version")?;
-    if version == 1 {
+    let upgrade = match version {
+        1 => Some(format!("{FROM_VERSION_1} {FROM_VERSION_2}")),
+        2 => Some(FROM_VERSION_2.to_string()),
+        _ => None,
+    };
+    if let Some(upgrade) = upgrade {
         conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {FROM_VERSION_1} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+            "BEGIN IMMEDIATE; {upgrade} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
         ))
         .map_err(|e| {
             store_error(
@@ -320,7 +349,7 @@ fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
         .and_then(|f| f.sync_all())
         .map_err(|e| creating(&e))?;
     fs::rename(&temp, path).map_err(|e| creating(&e))?;
-    sync_dir(data_dir).map_err(|e| creating(&e))?;
+    files::sync_dir(data_dir).map_err(|e| creating(&e))?;
     if migrated {
         legacy::retire(data_dir)?;
     }
@@ -368,9 +397,56 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Makes a rename or a new name in `dir` durable.
-pub(super) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
+/// Applies `change` to `network`'s attachment records, inside the commit's transaction.
+fn write_attachment(
+    tx: &rusqlite::Transaction,
+    network: &str,
+    change: &AttachmentChange,
+) -> rusqlite::Result<()> {
+    match change {
+        AttachmentChange::Added(a) => {
+            tx.prepare_cached(
+                "INSERT INTO attachments (network, container_id, ifname, node, netns, added)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (network, container_id, ifname) DO UPDATE SET
+                 node = excluded.node, netns = excluded.netns, added = excluded.added",
+            )?
+            .execute(params![
+                network,
+                a.container_id,
+                a.ifname,
+                a.node,
+                a.netns,
+                a.added.min(i64::MAX as u64) as i64
+            ])?;
+        }
+        AttachmentChange::Removed {
+            container_id,
+            ifname,
+        } => {
+            tx.prepare_cached(
+                "DELETE FROM attachments WHERE network = ?1 AND container_id = ?2 AND ifname = ?3",
+            )?
+            .execute([network, container_id, ifname])?;
+        }
+        AttachmentChange::Kept { node, valid } => {
+            let valid: std::collections::BTreeSet<&(String, String)> = valid.iter().collect();
+            let mut listed = tx.prepare_cached(
+                "SELECT container_id, ifname FROM attachments WHERE network = ?1 AND node = ?2",
+            )?;
+            let gone: Vec<(String, String)> = listed
+                .query_map([network, node], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .filter(|row| row.as_ref().map_or(true, |a| !valid.contains(a)))
+                .collect::<rusqlite::Result<_>>()?;
+            let mut delete = tx.prepare_cached(
+                "DELETE FROM attachments WHERE network = ?1 AND container_id = ?2 AND ifname = ?3",
+            )?;
+            for (container_id, ifname) in gone {
+                delete.execute([network, &container_id, &ifname])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Store for SqliteStore {
@@ -436,7 +512,7 @@ impl Store for SqliteStore {
         quota: Quota,
         expired: &dyn Fn() -> bool,
     ) -> Result<Written, CniError> {
-        crate::call::test_panic("store-commit");
+        crate::test_hook::test_panic("store-commit");
         if changes.is_empty() {
             return Ok(Written::durable());
         }
@@ -507,6 +583,9 @@ impl Store for SqliteStore {
                 .map_err(&fail)?;
             }
         }
+        if let Some((_, change)) = self.attachment.as_ref().filter(|(of, _)| of == network) {
+            write_attachment(&tx, network, change).map_err(&fail)?;
+        }
         tx.execute(
             "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
              ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
@@ -545,7 +624,7 @@ impl Store for SqliteStore {
         SqliteStore::usage_in(&self.conn, network)
     }
 
-    fn forget(&mut self, network: &str) -> Result<u64, CniError> {
+    fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {
         let fail = sqlite_error("forget");
         let tx = self
             .conn
@@ -558,15 +637,43 @@ impl Store for SqliteStore {
             .map_err(&fail)?;
         tx.execute("DELETE FROM served_by WHERE network = ?1", [network])
             .map_err(&fail)?;
+        tx.execute("DELETE FROM attachments WHERE network = ?1", [network])
+            .map_err(&fail)?;
+        // Opened before the commit, so a failure to open it leaves nothing removed.
+        let log = File::open(&self.log).map_err(|e| store_error("cannot open the log", e))?;
         tx.commit().map_err(&fail)?;
-        File::open(&self.log)
-            .and_then(|log| log.sync_data())
-            .map_err(|e| store_error("cannot make the removal durable", e))?;
-        Ok(removed as u64)
+        Ok((removed as u64, Written(Some(log))))
     }
 
     fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
         self.served_by = Some((network.to_string(), served_by.to_json()));
+    }
+
+    fn record_attachment(&mut self, network: &str, change: AttachmentChange) {
+        self.attachment = Some((network.to_string(), change));
+    }
+
+    fn attachments(&self, network: &str) -> Result<Vec<AttachmentRecord>, CniError> {
+        let read = sqlite_error("read");
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT container_id, ifname, node, netns, added FROM attachments
+                 WHERE network = ?1 ORDER BY container_id, ifname",
+            )
+            .map_err(&read)?;
+        let rows = statement
+            .query_map([network], |r| {
+                Ok(AttachmentRecord {
+                    container_id: r.get(0)?,
+                    ifname: r.get(1)?,
+                    node: r.get(2)?,
+                    netns: r.get(3)?,
+                    added: r.get::<_, i64>(4)?.max(0) as u64,
+                })
+            })
+            .map_err(&read)?;
+        rows.map(|row| row.map_err(&read)).collect()
     }
 
     fn served_by(&self) -> Result<super::Records, CniError> {
@@ -654,7 +761,7 @@ pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, 
         }
     }
     fs::rename(&temp, &path).map_err(|e| failed(&e))?;
-    sync_dir(data_dir).map_err(|e| failed(&e))?;
+    files::sync_dir(data_dir).map_err(|e| failed(&e))?;
     Ok(kept)
 }
 
@@ -746,13 +853,107 @@ mod tests {
         store
             .commit("kept", &two, Quota::UNLIMITED, &|| false)
             .unwrap();
-        assert_eq!(store.forget("gone").unwrap(), 2);
+        assert_eq!(store.forget("gone").unwrap().0, 2);
         assert!(store.list("gone", "").unwrap().is_empty());
         assert_eq!(store.usage("gone").unwrap(), Usage::default());
         assert!(store.served_by().unwrap().is_empty());
         assert_eq!(store.list("kept", "").unwrap().len(), 2);
         assert!(store.check().unwrap().is_empty());
-        assert_eq!(store.forget("gone").unwrap(), 0);
+        assert_eq!(store.forget("gone").unwrap().0, 0);
+    }
+
+    fn put(key: &str, value: &str) -> Changes {
+        Changes::from([(key.to_string(), Some(value.as_bytes().to_vec()))])
+    }
+
+    fn attachment(id: &str, node: &str, added: u64) -> AttachmentRecord {
+        AttachmentRecord {
+            container_id: id.into(),
+            ifname: "eth0".into(),
+            node: node.into(),
+            netns: format!("/var/run/netns/{id}"),
+            added,
+        }
+    }
+
+    #[test]
+    fn attachment_records_follow_add_del_and_gc_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let commit = |store: &mut SqliteStore, key: &str, change: AttachmentChange| {
+            store.record_attachment("n", change);
+            store
+                .commit("n", &put(key, "v"), Quota::UNLIMITED, &|| false)
+                .unwrap();
+        };
+        for (id, node) in [("a", "here"), ("b", "here"), ("c", "here"), ("d", "there")] {
+            commit(
+                &mut store,
+                id,
+                AttachmentChange::Added(attachment(id, node, 7)),
+            );
+        }
+        // A commit that changes no entry writes no record.
+        store.record_attachment("n", AttachmentChange::Added(attachment("x", "here", 7)));
+        store
+            .commit("n", &Changes::new(), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        let ids = |store: &SqliteStore| -> Vec<String> {
+            store
+                .attachments("n")
+                .unwrap()
+                .into_iter()
+                .map(|a| a.container_id)
+                .collect()
+        };
+        assert_eq!(ids(&store), ["a", "b", "c", "d"]);
+        assert_eq!(
+            store.attachments("n").unwrap()[0],
+            attachment("a", "here", 7)
+        );
+        commit(
+            &mut store,
+            "a",
+            AttachmentChange::Removed {
+                container_id: "a".into(),
+                ifname: "eth0".into(),
+            },
+        );
+        assert_eq!(ids(&store), ["b", "c", "d"]);
+        // A GC on node `here` keeping `c`: `b` goes, the other node's `d` stays.
+        commit(
+            &mut store,
+            "b",
+            AttachmentChange::Kept {
+                node: "here".into(),
+                valid: vec![("c".into(), "eth0".into())],
+            },
+        );
+        assert_eq!(ids(&store), ["c", "d"]);
+        assert!(store.attachments("other").unwrap().is_empty());
+        store.forget("n").unwrap().1.sync().unwrap();
+        assert!(store.attachments("n").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_schema_2_store_gains_attachment_records_keeping_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        store
+            .commit("n", &put("k", "v"), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        store
+            .conn
+            .execute_batch("DROP TABLE attachments; PRAGMA user_version = 2;")
+            .unwrap();
+        drop(store);
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(store.get("n", "k").unwrap().unwrap(), b"v");
+        store.record_attachment("n", AttachmentChange::Added(attachment("a", "here", 1)));
+        store
+            .commit("n", &put("k2", "v"), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert_eq!(store.attachments("n").unwrap().len(), 1);
     }
 
     #[test]
@@ -763,10 +964,10 @@ mod tests {
         store
             .commit("n", &put, Quota::UNLIMITED, &|| false)
             .unwrap();
-        // What v0.1 left: schema 1, no served_by table.
+        // What v0.1 left: schema 1, no served_by or attachments table.
         store
             .conn
-            .execute_batch("DROP TABLE served_by; PRAGMA user_version = 1;")
+            .execute_batch("DROP TABLE served_by; DROP TABLE attachments; PRAGMA user_version = 1;")
             .unwrap();
         drop(store);
         let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();

@@ -302,3 +302,210 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
     stop_and_remove_all(&containerd);
     assert_nothing_left(&containerd);
 }
+
+/// Whether `ip` answers one ping from the node (the bridge is the pods' gateway).
+fn answers_ping(ip: &str) -> bool {
+    std::process::Command::new("ping")
+        .args(["-c", "1", "-W", "5", ip])
+        .output()
+        .expect("run ping (iputils-ping)")
+        .status
+        .success()
+}
+
+/// `wasm-ipam gc --json`'s leaks, as (container id, address, released).
+fn gc_leaks(stdout: &str) -> BTreeSet<(String, String, bool)> {
+    let json: serde_json::Value = serde_json::from_str(stdout)
+        .unwrap_or_else(|e| panic!("gc --json printed no JSON ({e}): {stdout}"));
+    json.as_array()
+        .expect("gc --json prints an array")
+        .iter()
+        .map(|l| {
+            (
+                l["containerID"].as_str().unwrap().to_string(),
+                l["address"].as_str().unwrap().to_string(),
+                l["released"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Addresses leaked the real way: containerd, its shims and its pods killed and its
+/// state wiped (a node reset) while the store keeps their addresses, then containerd
+/// started again with new pods. `wasm-ipam gc` finds exactly the leaked ones and
+/// releases exactly them, through the module, and never a live pod's; it releases
+/// nothing when the runtime cannot answer, answers an empty list, or the leaks are
+/// younger than the grace period; and with the default grace it never releases a pod
+/// being started by a herd of RunPodSandbox calls racing it.
+#[test]
+fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
+    let _serial = serial();
+    let Some(mut containerd) = containerd_for(
+        "gc_releases_exactly_the_addresses_a_reset_runtime_lost",
+        3,
+        "10.201.11.0/24",
+    ) else {
+        return;
+    };
+    let bin = wasm_ipam_bin();
+    let run = |containerd: &Containerd, name: &str| {
+        containerd
+            .cri
+            .run_pod_sandbox(containerd.pod_config(name), REQUEST_TIMEOUT)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "RunPodSandbox {name}: {e}\ncontainerd's log ends:\n{}",
+                    containerd.log_tail()
+                )
+            })
+    };
+    let lost: BTreeSet<String> = (0..3)
+        .map(|i| run(&containerd, &format!("lost-{i}")))
+        .collect();
+    let lost_addresses: BTreeSet<(String, String)> = containerd
+        .ipam
+        .list(bin)
+        .into_iter()
+        .map(|a| (a.container_id, a.address))
+        .collect();
+    assert_eq!(lost_addresses.len(), 3, "{lost_addresses:?}");
+
+    containerd.crash_and_wipe();
+    assert!(containerd.cri.list_pod_sandboxes().unwrap().is_empty());
+    assert_eq!(
+        containerd.ipam.list(bin).len(),
+        3,
+        "the store still holds them"
+    );
+    let endpoint = containerd.endpoint();
+
+    // A runtime that lists no sandbox at all looks like a wrong socket: nothing goes.
+    let (ok, _, stderr) = containerd
+        .ipam
+        .gc(bin, &["--runtime-endpoint", &endpoint, "--grace", "0s"]);
+    assert!(!ok && stderr.contains("--allow-empty"), "{stderr}");
+    assert_eq!(containerd.ipam.list(bin).len(), 3);
+
+    let live: BTreeSet<String> = (0..2)
+        .map(|i| run(&containerd, &format!("live-{i}")))
+        .collect();
+    let live_ips: Vec<String> = live
+        .iter()
+        .map(|id| containerd.cri.pod_ip(id).unwrap())
+        .collect();
+    assert!(live_ips.iter().all(|ip| answers_ping(ip)), "{live_ips:?}");
+
+    // An endpoint that does not answer: an error, nothing released.
+    let (ok, _, stderr) = containerd.ipam.gc(
+        bin,
+        &[
+            "--runtime-endpoint",
+            "unix:///nonexistent/containerd.sock",
+            "--grace",
+            "0s",
+        ],
+    );
+    assert!(!ok && stderr.contains("nothing was released"), "{stderr}");
+    assert_eq!(containerd.ipam.list(bin).len(), 5);
+
+    // The dry run lists exactly the lost pods' addresses, and changes nothing.
+    let (ok, stdout, stderr) = containerd.ipam.gc(
+        bin,
+        &[
+            "--runtime-endpoint",
+            &endpoint,
+            "--grace",
+            "0s",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let expected: BTreeSet<(String, String, bool)> = lost_addresses
+        .iter()
+        .map(|(id, ip)| (id.clone(), ip.clone(), false))
+        .collect();
+    assert_eq!(gc_leaks(&stdout), expected);
+    assert!(lost_addresses.iter().all(|(id, _)| lost.contains(id)));
+    assert_eq!(containerd.ipam.list(bin).len(), 5);
+
+    // With the default grace (15 minutes) these young leaks stay.
+    let (ok, stdout, stderr) = containerd
+        .ipam
+        .gc(bin, &["--runtime-endpoint", &endpoint, "--json"]);
+    assert!(ok, "{stderr}");
+    assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
+    assert_eq!(containerd.ipam.list(bin).len(), 5);
+
+    // The default grace racing a herd of pods being started: none of theirs goes.
+    let herd: BTreeSet<String> = std::thread::scope(|s| {
+        let pods: Vec<_> = (0..8)
+            .map(|i| {
+                let containerd = &containerd;
+                s.spawn(move || run(containerd, &format!("herd-{i}")))
+            })
+            .collect();
+        let sweeps: Vec<_> = (0..4)
+            .map(|_| {
+                let (ipam, endpoint) = (&containerd.ipam, &endpoint);
+                s.spawn(move || ipam.gc(bin, &["--runtime-endpoint", endpoint, "--json"]))
+            })
+            .collect();
+        for sweep in sweeps {
+            let (ok, stdout, stderr) = sweep.join().unwrap();
+            assert!(ok, "{stderr}");
+            assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
+        }
+        pods.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let held: BTreeSet<String> = containerd
+        .ipam
+        .list(bin)
+        .into_iter()
+        .map(|a| a.container_id)
+        .collect();
+    assert!(herd.is_subset(&held), "a pod of the herd lost its address");
+
+    // Released for real: exactly the lost ones, through the module's GC.
+    let (ok, stdout, stderr) = containerd.ipam.gc(
+        bin,
+        &["--runtime-endpoint", &endpoint, "--grace", "0s", "--json"],
+    );
+    assert!(ok, "{stderr}");
+    let released: BTreeSet<(String, String, bool)> = lost_addresses
+        .iter()
+        .map(|(id, ip)| (id.clone(), ip.clone(), true))
+        .collect();
+    assert_eq!(gc_leaks(&stdout), released);
+    let left: BTreeSet<String> = containerd
+        .ipam
+        .list(bin)
+        .into_iter()
+        .map(|a| a.container_id)
+        .collect();
+    let alive: BTreeSet<String> = live.union(&herd).cloned().collect();
+    assert_eq!(
+        left, alive,
+        "the live pods keep their addresses, the lost ones go"
+    );
+    assert!(live_ips.iter().all(|ip| answers_ping(ip)), "{live_ips:?}");
+    let logged: Vec<_> = containerd
+        .ipam
+        .invocations()
+        .into_iter()
+        .filter(|line| line["command"] == "gc")
+        .collect();
+    assert!(
+        logged.iter().any(|l| l["outcome"] == "ok"),
+        "gc's runs are logged as calls are: {logged:?}"
+    );
+
+    // Nothing left to find.
+    let (ok, stdout, stderr) = containerd.ipam.gc(
+        bin,
+        &["--runtime-endpoint", &endpoint, "--grace", "0s", "--json"],
+    );
+    assert!(ok && gc_leaks(&stdout).is_empty(), "{stdout}{stderr}");
+    stop_and_remove_all(&containerd);
+    assert_nothing_left(&containerd);
+}

@@ -1,6 +1,6 @@
 //! `cni:ipam/deadline`: the budget as the guest sees it, counted from the lock grant.
 
-use crate::call::deadline::Deadline;
+use crate::lock::deadline::Deadline;
 use crate::module::bindings::deadline::Host;
 
 fn nanos(d: std::time::Duration) -> u64 {

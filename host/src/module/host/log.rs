@@ -4,8 +4,8 @@
 //! cannot fill the node's disk.
 
 use super::DeadlineExceeded;
-use crate::call::deadline::Deadline;
 use crate::limits::truncated;
+use crate::lock::deadline::Deadline;
 use crate::module::bindings::log::{Host, Level};
 
 /// Largest message kept; longer ones are cut.

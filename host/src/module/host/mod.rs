@@ -9,8 +9,8 @@ mod v0_1;
 pub use log::GuestLog;
 pub use store::GuestStore;
 
-use crate::call::deadline::Deadline;
 use crate::limits::{Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};
+use crate::lock::deadline::Deadline;
 use crate::module::bindings::log::Level;
 use std::fmt;
 use std::time::Duration;

@@ -6,8 +6,8 @@
 //! per-entry overhead), and, on top of it, each `list-prefix` answer while it is built.
 
 use super::{DeadlineExceeded, LimitExceeded};
-use crate::call::deadline::Deadline;
 use crate::limits::{LISTED_ENTRY_OVERHEAD, MAX_KEY_BYTES, MAX_VALUE_BYTES, STAGED_ENTRY_OVERHEAD};
+use crate::lock::deadline::Deadline;
 use crate::module::bindings::store::{Host, StoreError};
 use crate::store::{Changes, Store};
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! name: a 0.1.0 module is never called read-only, and would see `too-large` if it were).
 
 use super::{GuestLog, GuestStore};
-use crate::call::deadline::Deadline;
+use crate::lock::deadline::Deadline;
 use crate::module::bindings::store::StoreError;
 use crate::module::bindings::v0_1::{deadline, log, store};
 use crate::module::bindings::{deadline as current_deadline, log as current_log};

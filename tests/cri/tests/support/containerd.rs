@@ -45,6 +45,10 @@ pub struct Containerd {
     /// The pods' cgroup parent (kubelet always gives one), removed on drop.
     cgroup_parent: String,
     socket: PathBuf,
+    config: PathBuf,
+    /// containerd's `root` and `state`: what a reset node loses.
+    root: PathBuf,
+    state: PathBuf,
     log: PathBuf,
     /// `unshare`, whose child (the namespaces' first process) is containerd.
     unshare: Child,
@@ -170,18 +174,51 @@ impl Containerd {
             bridge: bridge.to_string(),
             cgroup_parent: format!("/{tag}"),
             socket,
+            config,
+            root: path("root"),
+            state,
             log,
             unshare,
             ip_forward: std::fs::read_to_string(IP_FORWARD).unwrap_or_default(),
             dir,
         };
-        containerd.wait_until_serving()?;
-        containerd.import_pause_image();
+        containerd.until_ready()?;
+        Ok(containerd)
+    }
+
+    /// The runtime's CRI socket, as `crictl --runtime-endpoint` takes it.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// What a node reset does to the runtime: containerd, its shims and its pods are
+    /// killed at once (no StopPodSandbox, so no CNI DEL), and its root and state are
+    /// wiped, sandboxes' network namespaces with them; then containerd starts again,
+    /// knowing no pod. wasm-ipam's store is untouched, so it still holds the killed
+    /// pods' addresses: leaked, as on a real node.
+    pub fn crash_and_wipe(&mut self) {
+        self.kill();
+        for dir in [&self.root, &self.state] {
+            std::fs::remove_dir_all(dir)
+                .unwrap_or_else(|e| panic!("wiping {}: {e}", dir.display()));
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.unshare = start_in_namespaces(&self.config, &self.log);
+        if let Err(CannotRun(why)) = self.until_ready() {
+            panic!("containerd did not start again: {why}");
+        }
+    }
+
+    /// Waits until the CRI plugin serves, imports the pause image, and waits until the
+    /// plugin reports the network ready.
+    fn until_ready(&mut self) -> Result<(), CannotRun> {
+        self.wait_until_serving()?;
+        self.import_pause_image();
         wait_for(
             "the CRI plugin reports NetworkReady (it loaded the conflist)",
             START_LIMIT,
             || {
-                let status = containerd.cri.status().ok()?.status?;
+                let status = self.cri.status().ok()?.status?;
                 status
                     .conditions
                     .iter()
@@ -189,7 +226,24 @@ impl Containerd {
                     .then_some(())
             },
         );
-        Ok(containerd)
+        Ok(())
+    }
+
+    /// Kills containerd and with it every process of its PID namespace (shims, runc,
+    /// sandboxes; the mounts of its mount namespace go with them).
+    fn kill(&mut self) {
+        match init_of(self.unshare.id()) {
+            // SAFETY: kill has no memory-safety preconditions.
+            Some(init) => unsafe {
+                libc::kill(init as libc::pid_t, libc::SIGKILL);
+            },
+            None => {
+                let _ = self.unshare.kill();
+            }
+        }
+        // unshare returns once its child has gone, and the kernel lets a PID
+        // namespace's first process go only after every other process in it.
+        let _ = self.unshare.wait();
     }
 
     /// Waits until the CRI plugin answers Version; an error if containerd exits first.
@@ -306,18 +360,7 @@ impl Drop for Containerd {
     /// the host kept: the bridge link, the pods' cgroups, IPv4 forwarding as it was.
     /// The temporary directory goes last, with the fields.
     fn drop(&mut self) {
-        match init_of(self.unshare.id()) {
-            // SAFETY: kill has no memory-safety preconditions.
-            Some(init) => unsafe {
-                libc::kill(init as libc::pid_t, libc::SIGKILL);
-            },
-            None => {
-                let _ = self.unshare.kill();
-            }
-        }
-        // unshare returns once its child has gone, and the kernel lets a PID
-        // namespace's first process go only after every other process in it.
-        let _ = self.unshare.wait();
+        self.kill();
         let _ = Command::new("ip")
             .args(["link", "del", &self.bridge])
             .stderr(Stdio::null())

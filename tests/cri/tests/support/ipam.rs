@@ -61,6 +61,24 @@ impl IpamPaths {
             .collect()
     }
 
+    /// Runs `wasm-ipam gc ARGS` on this node's store and lock for the conflist's
+    /// network; its exit status, stdout and stderr.
+    pub fn gc(&self, bin: &Path, args: &[&str]) -> (bool, String, String) {
+        let out = Command::new(bin)
+            .args(["gc", "--network", "wasm-ipam-cri", "--data-dir"])
+            .arg(&self.data_dir)
+            .arg("--lock-file")
+            .arg(&self.lock_file)
+            .args(args)
+            .output()
+            .expect("run wasm-ipam gc");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
     /// Takes the host-wide lock with flock(2), as any process may: every call waits
     /// until the returned file is dropped.
     pub fn hold_lock(&self) -> File {

@@ -1,0 +1,434 @@
+//! Linking a compiled module (before the lock) and running one export of it on a
+//! fresh instance (after the grant, bounded by the deadline).
+//!
+//! Loading reads, digests, compiles and links the component, so a module that is
+//! corrupt, pinned to another digest or imports what the host does not provide is
+//! refused before anything waits for or holds the lock. Reading is bounded (a regular
+//! file no larger than `moduleMaxMiB`) and compiling is too (see [`crate::module::compile`]).
+//!
+//! A call is bounded by its [`Limits`]: the guest's memories and tables are summed by
+//! the store's limiter, and every transfer from the guest to the host (a host call's
+//! arguments, the handler's result or error) is bounded by wasmtime's hostcall fuel,
+//! set to `hostMemoryLimitMiB`, before the host copies it.
+
+use crate::cni::IpamResult;
+use crate::error::{CniError, code};
+use crate::limits::Limits;
+use crate::module::bindings::{handler, inspect, migrate, types, v0_1};
+use crate::module::cache::ModuleCache;
+use crate::module::contract::{CNI_INTERFACES, Contract, Interfaces, v0_1_convert};
+use crate::module::engine::{engine, engine_error};
+use crate::module::file::ModuleFile;
+use crate::module::host::GuestState;
+use crate::module::trap::{deadline_error, trap_error};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use wasmtime::Engine;
+use wasmtime::component::{Component, InstancePre, Linker};
+
+/// How often the epoch advances; a running guest yields to the host this often, which
+/// is when the deadline timer can stop it.
+const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+pub struct ModuleHost {
+    engine: Engine,
+}
+
+/// The exports a call reaches, looked up once per load.
+enum Handler {
+    V0_1(v0_1::handler::GuestIndices),
+    V0_2(handler::GuestIndices),
+}
+
+/// A compiled, linked module ready to instantiate.
+pub struct LoadedModule {
+    pre: InstancePre<GuestState>,
+    handler: Handler,
+    inspect: Option<inspect::GuestIndices>,
+    migrate: Option<migrate::GuestIndices>,
+    pub contract: Contract,
+    /// Where it was read from, for messages.
+    pub path: std::path::PathBuf,
+    pub sha256: String,
+    /// Whether the compiled code came from the cache (else it was compiled now).
+    pub from_cache: bool,
+}
+
+impl LoadedModule {
+    pub fn exports_inspect(&self) -> bool {
+        self.inspect.is_some()
+    }
+    pub fn exports_migrate(&self) -> bool {
+        self.migrate.is_some()
+    }
+
+    /// Why the module cannot be asked `work`: it lacks the export. Checked before the
+    /// lock, so nothing waits for a question the module cannot answer.
+    pub fn refusal(&self, work: &Work) -> Option<CniError> {
+        let (exported, interface) = match work {
+            Work::Handle(..) => return None,
+            Work::Allocations(_) | Work::Pools(_) => (self.exports_inspect(), "inspect"),
+            Work::Import(_) => (self.exports_migrate(), "migrate"),
+        };
+        (!exported).then(|| {
+            CniError::new(
+                code::MODULE_REJECTED,
+                format!(
+                    "module {} does not export {interface} (cni:ipam/{interface}@0.2.0; it targets {})",
+                    self.path.display(),
+                    self.contract.name()
+                ),
+            )
+            .with_details("rebuild the module against cni:ipam@0.2.0 (docs/wit-versions.md)")
+        })
+    }
+}
+
+/// The handler call to make.
+#[derive(Clone)]
+pub enum Call {
+    Add,
+    Del,
+    Check,
+    Gc(Vec<types::Attachment>),
+    Status,
+}
+
+/// What to ask a module.
+#[derive(Clone)]
+pub enum Work {
+    /// A CNI command.
+    Handle(types::Request, Call),
+    /// `inspect.allocations`.
+    Allocations(inspect::Context),
+    /// `inspect.pools`.
+    Pools(inspect::Context),
+    /// `migrate.import-state`.
+    Import(Import),
+}
+
+#[derive(Clone)]
+pub struct Import {
+    pub format: String,
+    pub network: String,
+    pub config: Option<String>,
+    pub files: Vec<migrate::StateFile>,
+}
+
+/// What a module answered, by the [`Work`] asked.
+pub enum Answer {
+    /// For ADD the result, checked ([`crate::module::answer::checked_result`]),
+    /// otherwise `None`.
+    Handled(Option<IpamResult>),
+    Allocations(Vec<inspect::Allocation>),
+    Pools(Vec<inspect::Pool>),
+    Imported(migrate::ImportReport),
+}
+
+/// What a guest call left behind, whether it succeeded or not.
+pub struct GuestOutcome {
+    /// The module's answer, or why it failed: the module's own CNI error, a trap, or
+    /// the deadline.
+    pub result: Result<Answer, CniError>,
+    /// The guest's state, holding its staged store writes and captured output.
+    pub state: GuestState,
+}
+
+/// The module's compiled code and what the host made of it, before linking.
+pub struct Compiled {
+    pub component: Component,
+    pub sha256: String,
+    pub size: u64,
+    pub from_cache: bool,
+    pub interfaces: Interfaces,
+}
+
+impl ModuleHost {
+    pub fn new() -> Result<Self, CniError> {
+        Ok(ModuleHost { engine: engine()? })
+    }
+
+    /// A linker with the interfaces the module imports (each linked once, whatever
+    /// 0.2.x versions of a WASI interface it imports).
+    fn linker(&self, interfaces: &Interfaces) -> Result<Linker<GuestState>, CniError> {
+        let mut linker = Linker::new(&self.engine);
+        let mut wasi = Vec::new();
+        for (name, _) in &interfaces.imports {
+            let link = match crate::module::wasi::interface(name) {
+                Some((interface, link)) if !wasi.contains(interface) => {
+                    wasi.push(*interface);
+                    Some(link)
+                }
+                Some(_) => None,
+                None => CNI_INTERFACES
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, link)| link),
+            };
+            if let Some(link) = link {
+                link(&mut linker).map_err(engine_error)?;
+            }
+        }
+        Ok(linker)
+    }
+
+    /// Reads, verifies and compiles (or loads from `cache`) the module at `path`, and
+    /// lists its imports and exports.
+    pub fn compile(
+        &self,
+        path: &Path,
+        pinned_sha256: Option<&str>,
+        cache: Option<&ModuleCache>,
+        limits: &Limits,
+    ) -> Result<Compiled, CniError> {
+        let module = ModuleFile::open(path, limits.module_bytes)?;
+        let (sha256, bytes) = module.sha256(cache)?;
+        if let Some(pinned) = pinned_sha256
+            && pinned != sha256
+        {
+            return Err(CniError::new(
+                code::MODULE_DIGEST_MISMATCH,
+                format!("module {} does not match ipam.moduleSha256", path.display()),
+            )
+            .with_details(format!("expected sha256 {pinned}, found {sha256}")));
+        }
+        let read = || bytes.map_or_else(|| module.read(), Ok);
+        let (component, from_cache) =
+            crate::module::compile::compiled(&self.engine, read, &sha256, path, cache, limits)?;
+        let interfaces = Interfaces::of(&self.engine, &component);
+        Ok(Compiled {
+            component,
+            sha256,
+            size: module.size(),
+            from_cache,
+            interfaces,
+        })
+    }
+
+    /// [`ModuleHost::compile`], then refuses a module the host cannot run and links it.
+    pub fn load(
+        &self,
+        path: &Path,
+        pinned_sha256: Option<&str>,
+        cache: Option<&ModuleCache>,
+        limits: &Limits,
+    ) -> Result<LoadedModule, CniError> {
+        let compiled = self.compile(path, pinned_sha256, cache, limits)?;
+        self.link(path, compiled)
+    }
+
+    /// Links a compiled module and looks up its exports, or says why it cannot run.
+    pub fn link(&self, path: &Path, compiled: Compiled) -> Result<LoadedModule, CniError> {
+        let interfaces = &compiled.interfaces;
+        let (Some(contract), None) = (interfaces.contract, interfaces.refusal()) else {
+            let (msg, details) = interfaces.refusal().unwrap_or_default();
+            return Err(CniError::new(
+                code::MODULE_REJECTED,
+                format!("module {} {msg}", path.display()),
+            )
+            .with_details(details));
+        };
+        let rejected = |what: &str, e: wasmtime::Error| {
+            CniError::new(
+                code::MODULE_REJECTED,
+                format!("module {} {what}", path.display()),
+            )
+            .with_details(format!("{e:#}"))
+        };
+        let pre = self
+            .linker(interfaces)?
+            .instantiate_pre(&compiled.component)
+            .map_err(|e| rejected("cannot be linked", e))?;
+        let handler_export = format!("does not export {}", contract.export("handler"));
+        let handler = match contract {
+            Contract::V0_1 => Handler::V0_1(
+                v0_1::handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
+            ),
+            Contract::V0_2 => Handler::V0_2(
+                handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
+            ),
+        };
+        let inspect = match interfaces.inspect {
+            true => Some(inspect::GuestIndices::new(&pre).map_err(|e| {
+                rejected("exports cni:ipam/inspect@0.2.0 without its functions", e)
+            })?),
+            false => None,
+        };
+        let migrate = match interfaces.migrate {
+            true => Some(migrate::GuestIndices::new(&pre).map_err(|e| {
+                rejected("exports cni:ipam/migrate@0.2.0 without its functions", e)
+            })?),
+            false => None,
+        };
+        Ok(LoadedModule {
+            pre,
+            handler,
+            inspect,
+            migrate,
+            contract,
+            path: path.to_path_buf(),
+            sha256: compiled.sha256,
+            from_cache: compiled.from_cache,
+        })
+    }
+
+    /// Instantiates the module and asks it `work`, stopping it at the deadline.
+    ///
+    /// Called only after the lock grant: `state` holds a deadline built from the grant.
+    pub fn call(&self, module: &LoadedModule, state: GuestState, work: Work) -> GuestOutcome {
+        let deadline = state.deadline;
+        let transfer_limit = state.transfer_limit;
+        let mut store = wasmtime::Store::new(&self.engine, state);
+        store.limiter(|s| s.limiter());
+        store.set_hostcall_fuel(transfer_limit);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let _ticker = EpochTicker::start(self.engine.clone());
+
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                let err = CniError::new(code::IO_FAILURE, "cannot start the async runtime")
+                    .with_details(e);
+                return GuestOutcome {
+                    result: Err(err),
+                    state: store.into_data(),
+                };
+            }
+        };
+        let outcome = runtime.block_on(async {
+            tokio::time::timeout(deadline.remaining(), async {
+                let instance = module.pre.instantiate_async(&mut store).await?;
+                ask(module, &mut store, &instance, work).await
+            })
+            .await
+        });
+        let state = store.into_data();
+        let result = match outcome {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(trap)) => Err(trap_error(&trap, &state, deadline, transfer_limit)),
+            Err(_elapsed) => Err(deadline_error(deadline)),
+        };
+        GuestOutcome { result, state }
+    }
+}
+
+type Store = wasmtime::Store<GuestState>;
+
+/// Calls the export `work` names in `instance`: the module's answer, its CNI error
+/// (checked by [`crate::module::answer`]), or a trap.
+async fn ask(
+    module: &LoadedModule,
+    store: &mut Store,
+    instance: &wasmtime::component::Instance,
+    work: Work,
+) -> wasmtime::Result<Result<Answer, CniError>> {
+    use crate::module::answer::{checked_result, module_error};
+    if let Some(refused) = module.refusal(&work) {
+        return Ok(Err(refused));
+    }
+    Ok(match work {
+        Work::Handle(request, call) => match &module.handler {
+            Handler::V0_2(indices) => {
+                let h = indices.load(&mut *store, instance)?;
+                let s = &mut *store;
+                match call {
+                    Call::Add => h.call_add(s, &request).await?.map(Some),
+                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
+                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
+                    Call::Gc(valid) => h.call_gc(s, &request, &valid).await?.map(|()| None),
+                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
+                }
+                .map_err(module_error)
+                .and_then(|result| result.map(checked_result).transpose())
+                .map(Answer::Handled)
+            }
+            Handler::V0_1(indices) => {
+                let h = indices.load(&mut *store, instance)?;
+                let s = &mut *store;
+                let request = v0_1_convert::request(request);
+                match call {
+                    Call::Add => h
+                        .call_add(s, &request)
+                        .await?
+                        .map(|r| Some(v0_1_convert::result(r))),
+                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
+                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
+                    Call::Gc(valid) => {
+                        let valid: Vec<_> =
+                            valid.into_iter().map(v0_1_convert::attachment).collect();
+                        h.call_gc(s, &request, &valid).await?.map(|()| None)
+                    }
+                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
+                }
+                .map_err(|e| module_error(v0_1_convert::error(e)))
+                .and_then(|result| result.map(checked_result).transpose())
+                .map(Answer::Handled)
+            }
+        },
+        Work::Allocations(context) => match &module.inspect {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_allocations(&mut *store, &context)
+                .await?
+                .map(Answer::Allocations)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Pools(context) => match &module.inspect {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_pools(&mut *store, &context)
+                .await?
+                .map(Answer::Pools)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Import(import) => match &module.migrate {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_import_state(
+                    &mut *store,
+                    &import.format,
+                    &import.network,
+                    import.config.as_deref(),
+                    &import.files,
+                )
+                .await?
+                .map(Answer::Imported)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+    })
+}
+
+/// Advances the engine's epoch every tick while a guest runs, so a guest that never
+/// calls the host still yields and the deadline timer can fire.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(EPOCH_TICK);
+                engine.increment_epoch();
+            }
+        });
+        EpochTicker { stop }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,388 @@
+//! The one locked run of a module, for every caller: a CNI call and each operator
+//! command that asks a module (`list`, `stats`, `forget`, `import-host-local`, `gc`,
+//! `release-node`). The order is the point of wasm-ipam, so it is written once, in
+//! [`run`]:
+//!
+//! load the module (before the lock) → take the host-wide lock (unless the caller has
+//! gone) → the deadline starts at the grant → open the store → attempt: instantiate,
+//! ask, check the answer, write the commit (again on a fresh instance if a shared
+//! store's commit conflicted, while the deadline allows) → release the lock → sync
+//! the commit → the log line.
+//!
+//! Why this order: compiling before the lock keeps the lock held only for guest work;
+//! starting the deadline at the grant means a herd queued on the lock can never use up
+//! a call's budget (Calico's DEL once started its timer before the lock and failed
+//! under exactly that herd); committing only after the module answers ok, and only
+//! before the deadline, means a failed or stopped guest leaves no partial state and the
+//! lock is held no longer than the deadline plus the commit's last writes; syncing the
+//! commit after the release lets the next call go on while this one waits for the
+//! disk (see [`store::Written`]: the answer still waits for it).
+
+mod report;
+
+use crate::config::{HostIpamConfig, NetConf};
+use crate::error::{CniError, code};
+use crate::lock::{self, deadline::Deadline};
+use crate::logging;
+use crate::module::bindings::types;
+use crate::module::cache::ModuleCache;
+use crate::module::host::{GuestLog, GuestState, GuestStore};
+use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Work};
+use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written};
+use crate::test_hook::test_panic;
+pub use report::Label;
+use report::{GuestReport, Report, Timings};
+use std::time::{Instant, UNIX_EPOCH};
+
+/// What a run needs to know of the network it runs for: its name, its host settings
+/// (module, limits, budget, lock, store, log) and the configuration recorded with
+/// each commit, for the operators' commands to find the module again.
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub name: String,
+    pub ipam: HostIpamConfig,
+    /// [`NetConf::network_config`], when the host has one.
+    pub config: Option<String>,
+}
+
+impl Network {
+    pub fn of(conf: &NetConf) -> Self {
+        Network {
+            name: conf.name.clone(),
+            ipam: conf.ipam.clone(),
+            config: Some(conf.network_config()),
+        }
+    }
+}
+
+/// Whether a run may change the store. A read-only run's module is refused every
+/// write (`read-only`), and nothing is committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    ReadOnly,
+    Commit,
+}
+
+/// What a run did: the answer (or why not), and the digest of the module it loaded.
+pub struct Ran<T> {
+    pub result: Result<T, CniError>,
+    /// Set once the module was read.
+    pub sha256: Option<String>,
+}
+
+/// Runs `steps` against `network`'s module under the host-wide lock, in the order the
+/// module's header gives, and writes the run's log line. `steps` asks the module
+/// through a [`Session`] (once, or more for a decision that needs several answers
+/// under one hold, as `gc` does); it may run again on a fresh instance after a
+/// conflict, so it must only decide from what it is told. `caller_gone` says whether
+/// whoever asked has gone (a CNI call's runtime): then nothing is run.
+pub fn run<T>(
+    network: &Network,
+    label: &Label,
+    caller_gone: &dyn Fn() -> bool,
+    steps: impl Fn(&mut Session) -> Result<T, CniError>,
+) -> Ran<T> {
+    if let Some(path) = &network.ipam.log_file {
+        // A log that cannot be opened must not fail the call: the answer matters more.
+        if let Err(e) = logging::init(path) {
+            eprintln!("wasm-ipam: {e}");
+        }
+    }
+    let started = Instant::now();
+    let mut report = Report::default();
+    let (result, sha256) = locked(network, caller_gone, &steps, &mut report);
+    report::log(label, network, started, &report, result.as_ref().err());
+    Ran { result, sha256 }
+}
+
+fn locked<T>(
+    network: &Network,
+    caller_gone: &dyn Fn() -> bool,
+    steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
+    report: &mut Report,
+) -> (Result<T, CniError>, Option<String>) {
+    let ipam = &network.ipam;
+    let loading = Instant::now();
+    let loaded = match load(ipam) {
+        Ok(loaded) => loaded,
+        Err(e) => return (Err(e), None),
+    };
+    let sha256 = Some(loaded.module.sha256.clone());
+    report.from_cache = loaded.module.from_cache;
+    let load = loading.elapsed();
+    let lock = match lock::acquire_unless(&ipam.lock_file, ipam.lock_timeout, caller_gone) {
+        Ok(Some(lock)) if !caller_gone() => lock,
+        Ok(granted) => {
+            report.abandoned = Some(if granted.is_some() { "grant" } else { "queue" });
+            return (Err(abandoned()), sha256);
+        }
+        Err(e) => return (Err(e), sha256),
+    };
+    let deadline = Deadline::from_grant(&lock, ipam.deadline);
+    let mut guest = GuestReport::default();
+    let result = attempts(&loaded, network, deadline, steps, &mut guest);
+    let lock_wait = lock.waited();
+    drop(lock);
+    let lock_hold = deadline.elapsed();
+    // The next call may go on now, reading what this one wrote; this one answers
+    // only once its commit is on disk.
+    let result = result.and_then(|(answer, written)| written.sync().map(|()| answer));
+    report.timings = Some(Timings {
+        granted: deadline.granted_wall(),
+        load,
+        lock_wait,
+        lock_hold,
+        store_open: guest.store_open,
+        budget_used: guest.budget_used,
+        commit: guest.commit,
+        sync: deadline.elapsed() - lock_hold,
+    });
+    report.guest = guest;
+    (result, sha256)
+}
+
+/// The answer of a call whose caller has gone: nobody reads it, but the log and a
+/// runtime that did would both see why nothing was done.
+fn abandoned() -> CniError {
+    CniError::new(
+        code::TRY_AGAIN_LATER,
+        format!(
+            "the caller (pid {}) is gone: the call gave up before running the module; nothing was changed",
+            crate::call::caller::parent().unwrap_or_default()
+        ),
+    )
+}
+
+/// The engine and the module it compiled, ready to instantiate under the lock.
+struct Loaded {
+    host: ModuleHost,
+    module: LoadedModule,
+}
+
+/// Before the lock: read, verify and compile (or fetch from the cache) the module.
+fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
+    let host = ModuleHost::new()?;
+    let cache = ModuleCache::open(&ipam.cache_dir)
+        .inspect_err(|e| tracing::warn!(target: "cache", "{e}; compiling instead"))
+        .ok();
+    let module = host.load(
+        &ipam.module,
+        ipam.module_sha256.as_deref(),
+        cache.as_ref(),
+        &ipam.limits,
+    )?;
+    Ok(Loaded { host, module })
+}
+
+/// Under the lock: open the store, then run `steps` until its commit is written, it
+/// fails, or (in a shared store, when another writer changed what it read) the
+/// deadline leaves no time to try again on a fresh instance.
+fn attempts<T>(
+    loaded: &Loaded,
+    network: &Network,
+    deadline: Deadline,
+    steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
+    report: &mut GuestReport,
+) -> Result<(T, Written), CniError> {
+    let ipam = &network.ipam;
+    let mut store = store::open_with(
+        &ipam.store,
+        &ipam.data_dir,
+        &ipam.node_name(),
+        deadline.remaining(),
+    )?;
+    report.store_open = deadline.elapsed();
+    test_panic("under-lock");
+    let result = loop {
+        let mut session = Session {
+            loaded,
+            network,
+            deadline,
+            store: Some(store),
+            staged: None,
+            forgotten: None,
+            report,
+        };
+        let result = steps(&mut session).and_then(|answer| session.commit().map(|w| (answer, w)));
+        store = session
+            .store
+            .take()
+            .expect("a session gives its store back");
+        if result.is_err() && store.conflicted() && !deadline.expired() {
+            report.retries += 1;
+            store.begin();
+            continue;
+        }
+        break result;
+    };
+    report.etcd = store.etcd_figures();
+    result
+}
+
+/// One attempt under the lock: each [`Session::ask`] runs the module on a fresh
+/// instance over the same store, so what several answers say is one snapshot.
+pub struct Session<'a> {
+    loaded: &'a Loaded,
+    network: &'a Network,
+    deadline: Deadline,
+    /// Lent to each instance while it runs.
+    store: Option<Box<dyn store::Store>>,
+    /// The writes of the one ask that may write, once it answered ok, with what they
+    /// change of the host's attachment records.
+    staged: Option<(Changes, Option<AttachmentChange>)>,
+    /// A removal of the network ([`Session::forget_network`]), to sync after release.
+    forgotten: Option<Written>,
+    report: &'a mut GuestReport,
+}
+
+impl Session<'_> {
+    /// The run's deadline, counted from the grant.
+    pub fn deadline(&self) -> Deadline {
+        self.deadline
+    }
+
+    /// Asks the module `work` on a fresh instance. `work` is stamped with the grant
+    /// (a request's `lock-granted-at`, an inspect context's `now`). With
+    /// [`Writes::Commit`] its writes are staged for the commit if it answers ok; one
+    /// ask per attempt may write.
+    pub fn ask(&mut self, mut work: Work, writes: Writes) -> Result<Answer, CniError> {
+        if let Some(refusal) = self.loaded.module.refusal(&work) {
+            return Err(refusal);
+        }
+        if writes == Writes::Commit && self.staged.is_some() {
+            return Err(CniError::new(
+                code::INTERNAL_ERROR,
+                "a run asked its module to write twice (a bug)",
+            ));
+        }
+        stamp(&mut work, self.deadline);
+        let attachment = attachment_change(&work);
+        let ipam = &self.network.ipam;
+        let limits = &ipam.limits;
+        let store = self.store.take().expect("the session holds its store");
+        let mut guest_store = GuestStore::new(
+            store,
+            self.network.name.clone(),
+            self.deadline,
+            limits.host_memory,
+        );
+        if writes == Writes::ReadOnly {
+            guest_store = guest_store.read_only();
+        }
+        let state = GuestState::new(
+            guest_store,
+            self.deadline,
+            GuestLog::new(self.deadline, limits.log_bytes),
+            limits,
+        );
+        let mut outcome = self.loaded.host.call(&self.loaded.module, state, work);
+        self.report.budget_used = self.deadline.elapsed();
+        outcome.state.log_output();
+        self.report.log_dropped += outcome.state.log.dropped();
+        let (store, changes) = outcome.state.store.into_parts();
+        self.store = Some(store);
+        let answer = outcome.result?;
+        if writes == Writes::Commit {
+            self.staged = Some((changes, attachment));
+        }
+        Ok(answer)
+    }
+
+    /// The host's records of the network's attachments (when each ADD committed, in
+    /// which network namespace), as of this attempt.
+    pub fn attachments(&self) -> Result<Vec<AttachmentRecord>, CniError> {
+        let store = self.store.as_ref().expect("the session holds its store");
+        store.attachments(&self.network.name)
+    }
+
+    /// Removes the network whole (its entries, usage and record) in one durable
+    /// transaction of its own: `forget`'s, decided from what this session's module
+    /// answered under the same hold of the lock.
+    pub fn forget_network(&mut self) -> Result<u64, CniError> {
+        let store = self.store.as_mut().expect("the session holds its store");
+        let (removed, written) = store.forget(&self.network.name)?;
+        self.forgotten = Some(written);
+        Ok(removed)
+    }
+
+    /// Writes the staged changes as one commit, with the record of the module serving
+    /// the network, within the network's quota and before the deadline.
+    fn commit(&mut self) -> Result<Written, CniError> {
+        if let Some(written) = self.forgotten.take() {
+            return Ok(written);
+        }
+        let Some((changes, attachment)) = self.staged.take() else {
+            return Ok(Written::durable());
+        };
+        let began = self.deadline.elapsed();
+        let ipam = &self.network.ipam;
+        let store = self.store.as_mut().expect("the session holds its store");
+        store.record_served_by(
+            &self.network.name,
+            &ServedBy {
+                module: ipam.module.clone(),
+                sha256: self.loaded.module.sha256.clone(),
+                contract: self.loaded.module.contract.name(),
+                config: self.network.config.clone(),
+            },
+        );
+        if let Some(change) = attachment {
+            store.record_attachment(&self.network.name, change);
+        }
+        let quota = Quota {
+            entries: ipam.limits.store_entries,
+            bytes: ipam.limits.store_bytes,
+        };
+        let deadline = self.deadline;
+        let written =
+            store.commit_written(&self.network.name, &changes, quota, &|| deadline.expired());
+        test_panic("after-commit");
+        self.report.commit = self.deadline.elapsed() - began;
+        written
+    }
+}
+
+/// What a handler call's commit changes of the host's attachment records.
+fn attachment_change(work: &Work) -> Option<AttachmentChange> {
+    let Work::Handle(request, call) = work else {
+        return None;
+    };
+    match call {
+        Call::Add => Some(AttachmentChange::Added(AttachmentRecord {
+            container_id: request.container_id.clone(),
+            ifname: request.ifname.clone(),
+            node: request.node_name.clone(),
+            netns: request.netns.clone(),
+            added: request.lock_granted_at.seconds,
+        })),
+        Call::Del => Some(AttachmentChange::Removed {
+            container_id: request.container_id.clone(),
+            ifname: request.ifname.clone(),
+        }),
+        Call::Gc(valid) => Some(AttachmentChange::Kept {
+            node: request.node_name.clone(),
+            valid: valid
+                .iter()
+                .map(|a| (a.container_id.clone(), a.ifname.clone()))
+                .collect(),
+        }),
+        Call::Check | Call::Status => None,
+    }
+}
+
+/// Tells `work` when the lock was granted: the only time a module sees.
+fn stamp(work: &mut Work, deadline: Deadline) {
+    let granted = deadline
+        .granted_wall()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = types::WallInstant {
+        seconds: granted.as_secs(),
+        nanoseconds: granted.subsec_nanos(),
+    };
+    match work {
+        Work::Handle(request, _) => request.lock_granted_at = at,
+        Work::Allocations(context) | Work::Pools(context) => context.now = at,
+        Work::Import(_) => {}
+    }
+}
