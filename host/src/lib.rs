@@ -7,6 +7,7 @@
 //! operators' commands); each file beside them answers one question of its own.
 
 pub mod call;
+pub mod caller;
 pub mod cni;
 pub mod config;
 pub mod error;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    wasm_ipam::call::caller::record();
+    wasm_ipam::caller::record();
     let operating = std::env::var_os("CNI_COMMAND").is_none() && std::env::args_os().len() > 1;
     report_panics(operating);
     if operating {

@@ -1,10 +1,8 @@
 //! One CNI call from start to finish: decode and validate the call, then run it
 //! through the one locked pipeline ([`crate::pipeline`], where the order that is the
-//! point of wasm-ipam is written), then answer. `caller` says whether the runtime that
-//! made the call is still there.
+//! point of wasm-ipam is written), then answer.
 
-pub mod caller;
-
+use crate::caller;
 use crate::cni::{self, Command, Invocation};
 use crate::config::{self, NetConf};
 use crate::error::CniError;

@@ -546,16 +546,6 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
     }
 }
 
-/// An age as kubectl prints one: `45s`, `12m`, `5h`, `3d`.
-fn age(seconds: u64) -> String {
-    match seconds {
-        s if s < 120 => format!("{s}s"),
-        s if s < 2 * 3600 => format!("{}m", s / 60),
-        s if s < 2 * 86400 => format!("{}h", s / 3600),
-        s => format!("{}d", s / 86400),
-    }
-}
-
 fn gc(args: GcArgs) -> Result<Output, CniError> {
     let place = args.store.place()?;
     let runtime = match &args.valid_from {
@@ -608,27 +598,7 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
         text.push('\n');
         text
     } else {
-        let mut text = format!(
-            "{:<20} {:<40} {:<64} {:<10} {:<10} {:<20} {}\n",
-            "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "AGE", "NODE", "RELEASED"
-        );
-        for leak in &outcome.leaks {
-            text += &format!(
-                "{:<20} {:<40} {:<64} {:<10} {:<10} {:<20} {}\n",
-                printable(&leak.network),
-                leak.address,
-                printable(&leak.container_id),
-                printable(&leak.ifname),
-                leak.age_seconds.map_or("-".into(), age),
-                printable(&leak.node),
-                match (args.dry_run, leak.released) {
-                    (true, _) => "no (dry run)",
-                    (false, true) => "yes",
-                    (false, false) => "no (the module kept it)",
-                }
-            );
-        }
-        text
+        gc::table(&outcome.leaks, args.dry_run)
     };
     Ok(Output {
         text,

@@ -19,7 +19,7 @@
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Call, Work};
 use crate::operator::ask::Asked;
-use crate::operator::inventory::{Allocation, checked_allocation};
+use crate::operator::inventory::{Allocation, checked_allocation, printable};
 use crate::operator::runtime::Runtime;
 use crate::pipeline::Writes;
 use crate::store::AttachmentRecord;
@@ -230,6 +230,41 @@ fn confirm_released(
         }
     }
     Ok(())
+}
+
+/// The leaks as a table, one per line, for a person.
+pub fn table(leaks: &[Leak], dry_run: bool) -> String {
+    let mut text = format!(
+        "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
+        "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "AGE", "NODE", "RELEASED"
+    );
+    for leak in leaks {
+        text += &format!(
+            "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
+            printable(&leak.network),
+            leak.address,
+            printable(&leak.container_id),
+            printable(&leak.ifname),
+            leak.age_seconds.map_or("-".into(), age),
+            printable(&leak.node),
+            match (dry_run, leak.released) {
+                (true, _) => "no (dry run)",
+                (false, true) => "yes",
+                (false, false) => "no (the module kept it)",
+            }
+        );
+    }
+    text
+}
+
+/// An age as kubectl prints one: `45s`, `12m`, `5h`, `3d`.
+fn age(seconds: u64) -> String {
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
+    }
 }
 
 /// What decides whether an allocation is a leak.

@@ -148,7 +148,7 @@ fn abandoned() -> CniError {
         code::TRY_AGAIN_LATER,
         format!(
             "the caller (pid {}) is gone: the call gave up before running the module; nothing was changed",
-            crate::call::caller::parent().unwrap_or_default()
+            crate::caller::parent().unwrap_or_default()
         ),
     )
 }
