@@ -118,7 +118,7 @@ fn run(
         Command::Version => unreachable!("answered above"),
     };
     if let Some(path) = &conf.ipam.log_file {
-        logging::init(path)?;
+        logging::init(path, conf.ipam.limits.log_rotation);
     }
     let started = Instant::now();
     let (result, report) = locked_call(invocation, &conf, module_config, call);
