@@ -14,7 +14,7 @@ use crate::operator::{describe, import, inventory, metrics};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// wasm-ipam: a CNI IPAM plugin that runs IPAM modules as WebAssembly components.
 ///
@@ -112,9 +112,17 @@ enum Operation {
         /// As for `list`.
         #[arg(long)]
         netconf: Option<PathBuf>,
-        /// The netconf's `ipam.logFile`, for call timings.
+        /// The netconf's `ipam.logFile`, for call timings (its renamed files
+        /// `<log>.1`, `<log>.2`, … are read too, as far back as the window goes).
         #[arg(long)]
         log_file: Option<PathBuf>,
+        /// Timings of at most this many calls, the most recent: the log is read
+        /// from its end, in time that does not grow with its length.
+        #[arg(long, default_value_t = 10_000)]
+        last: usize,
+        /// Only calls logged within this time before now (e.g. `1h`, `30m`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<Duration>,
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
@@ -338,6 +346,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             network,
             netconf,
             log_file,
+            last,
+            since,
             prometheus,
         } => {
             let place = store.place()?;
@@ -345,17 +355,20 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let mut notes = Vec::new();
             let stats = inventory::network_stats(&place, networks, &mut notes);
             let failed = !notes.iter().all(|n| n.contains("changed since"));
-            let log = match &log_file {
-                Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            let window = metrics::Window {
+                last,
+                since: since.map(|d| SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH)),
+            };
+            let timings = match &log_file {
+                Some(path) => metrics::recent_call_timings(path, window).map_err(|e| {
                     CniError::new(
                         crate::error::code::IO_FAILURE,
                         format!("cannot read {}", path.display()),
                     )
                     .with_details(e)
                 })?,
-                None => String::new(),
+                None => Vec::new(),
             };
-            let timings = metrics::call_timings(&log);
             let text = if prometheus {
                 metrics::prometheus(&stats, &timings)
             } else {

@@ -9,4 +9,5 @@ pub mod forget;
 pub mod import;
 pub mod install;
 pub mod inventory;
+pub mod log_tail;
 pub mod metrics;
