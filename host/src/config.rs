@@ -3,7 +3,7 @@
 //! other key belongs to the module, which receives the whole JSON.
 
 use crate::error::{CniError, code};
-use crate::limits::{Limits, MIB};
+use crate::limits::{Limits, LogRotation, MAX_LOG_FILES, MIB};
 use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -202,6 +202,9 @@ struct RawHostIpam {
     host_memory_limit_mib: Option<u64>,
     #[serde(rename = "logLimitKiB")]
     log_limit_kib: Option<u64>,
+    #[serde(rename = "logMaxMiB")]
+    log_max_mib: Option<u64>,
+    log_files: Option<u64>,
     store_quota_entries: Option<u64>,
     #[serde(rename = "storeQuotaMiB")]
     store_quota_mib: Option<u64>,
@@ -501,6 +504,21 @@ fn limits_from_raw(raw: &RawHostIpam) -> Result<Limits, CniError> {
             1..=1 << 20,
             d.log_bytes as u64 >> 10,
         )? << 10) as usize,
+        log_rotation: LogRotation {
+            max_bytes: mib(
+                "logMaxMiB",
+                raw.log_max_mib,
+                1 << 20,
+                d.log_rotation.max_bytes,
+            )?,
+            // At least one: a line written to the file being renamed stays in it.
+            kept: bounded(
+                "logFiles",
+                raw.log_files,
+                1..=MAX_LOG_FILES.into(),
+                d.log_rotation.kept.into(),
+            )? as u32,
+        },
         store_entries: bounded(
             "storeQuotaEntries",
             raw.store_quota_entries,
@@ -578,6 +596,9 @@ mod tests {
             r#""memoryLimitMiB":0"#,
             r#""hostMemoryLimitMiB":0"#,
             r#""logLimitKiB":-1"#,
+            r#""logMaxMiB":0"#,
+            r#""logFiles":0"#,
+            r#""logFiles":1001"#,
             r#""storeQuotaEntries":0"#,
             r#""storeQuotaMiB":1.5"#,
             r#""moduleMaxMiB":100000"#,

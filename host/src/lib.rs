@@ -15,6 +15,7 @@ pub mod files;
 pub mod fuzz;
 pub mod limits;
 pub mod lock;
+pub mod log_rotation;
 pub mod logging;
 pub mod module;
 pub mod operator;

@@ -1,7 +1,8 @@
-//! Every resource limit of one call, in one place: what a module can make the node
-//! spend — memory (its own and the host's on its behalf), disk, lock time, compile
-//! time — is bounded per call, and each bound has a documented default and, where an
-//! operator may need to change it, a netconf key. README and SECURITY.md list them.
+//! Every resource limit, in one place: what a module can make the node spend —
+//! memory (its own and the host's on its behalf), disk, lock time, compile time — is
+//! bounded per call, the log file over time too, and each bound has a documented
+//! default and, where an operator may need to change it, a netconf key. README and
+//! SECURITY.md list them.
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub struct Limits {
     /// `logLimitKiB`: log bytes one call may write for the module (its `log` messages
     /// and captured stdout/stderr); later messages are dropped and counted.
     pub log_bytes: usize,
+    /// `logMaxMiB` and `logFiles`: how big the log file grows and how many renamed
+    /// files are kept, so calls over months stay within a bound too.
+    pub log_rotation: LogRotation,
     /// `storeQuotaEntries`: entries one network may hold in the store.
     pub store_entries: u64,
     /// `storeQuotaMiB`: key and value bytes one network may hold in the store.
@@ -33,12 +37,26 @@ pub struct Limits {
 
 pub const MIB: u64 = 1 << 20;
 
+/// The log file is renamed aside (`<log>.1`, older ones shifted up, the oldest
+/// removed) by the first line written once it holds `max_bytes`; `kept` renamed files
+/// stay. On disk: at most (`kept` + 1) files of `max_bytes` plus a line each (see
+/// [`crate::logging`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRotation {
+    pub max_bytes: u64,
+    pub kept: u32,
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             guest_memory: 64 << 20,
             host_memory: 32 << 20,
             log_bytes: 256 << 10,
+            log_rotation: LogRotation {
+                max_bytes: 64 * MIB,
+                kept: 2,
+            },
             store_entries: 1_000_000,
             store_bytes: 256 * MIB,
             module_bytes: 16 * MIB,
@@ -66,6 +84,9 @@ pub const STAGED_ENTRY_OVERHEAD: usize = 128;
 pub const LISTED_ENTRY_OVERHEAD: usize = 64;
 pub const MAX_KEY_BYTES: usize = 1024;
 pub const MAX_VALUE_BYTES: usize = 64 << 10;
+
+/// The most renamed log files kept (`logFiles`); `stats` reads no further back.
+pub const MAX_LOG_FILES: u32 = 1000;
 
 /// A module error's `msg` and `details` are cut to these on stdout and in the log.
 pub const MAX_ERROR_MSG_BYTES: usize = 1024;
@@ -111,6 +132,8 @@ mod tests {
             ("memoryLimitMiB", mib(d.guest_memory as u64), "MiB"),
             ("hostMemoryLimitMiB", mib(d.host_memory as u64), "MiB"),
             ("logLimitKiB", d.log_bytes as u64 >> 10, "KiB"),
+            ("logMaxMiB", mib(d.log_rotation.max_bytes), "MiB"),
+            ("logFiles", d.log_rotation.kept.into(), ""),
             ("storeQuotaEntries", d.store_entries, ""),
             ("storeQuotaMiB", mib(d.store_bytes), "MiB"),
             ("moduleMaxMiB", mib(d.module_bytes), "MiB"),

@@ -261,6 +261,23 @@ fn gc_from_a_file_keeps_young_and_listed_attachments_and_refuses_an_empty_list()
     let list = with_node(&node, &["list", "--json"]);
     let listed: Value = serde_json::from_str(&operator_command(&list)).unwrap();
     assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    // `stats` counts the leak candidates when given the runtime's view.
+    std::fs::write(&ids, "a\n").unwrap();
+    let ids_path = ids.to_string_lossy().into_owned();
+    let stats = |extra: &[&str]| {
+        let mut args = vec!["stats", "--valid-from", &ids_path];
+        args.extend(extra);
+        operator_command(with_node(&node, &args))
+    };
+    let prom = stats(&["--prometheus", "--grace", "0s"]);
+    assert!(
+        prom.contains("wasm_ipam_leak_candidates{network=\"testnet\"} 1\n"),
+        "{prom}"
+    );
+    let table = stats(&[]);
+    assert!(table.contains("LEAKS"), "{table}");
+    let row = table.lines().find(|l| l.starts_with("testnet")).unwrap();
+    assert!(row.ends_with(" 0"), "young with the default grace: {table}");
     // The dry run names the leak (full id, ifname, address) and changes nothing.
     let (ok, stdout, stderr) = gc("a\n", &["--grace", "0s", "--dry-run"]);
     assert!(ok, "{stderr}");

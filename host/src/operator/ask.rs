@@ -180,6 +180,23 @@ impl Asked {
     }
 }
 
+/// Each network's [`Asked`]; one whose record cannot be read or used is a note
+/// naming it instead.
+pub fn asked_all(place: &Place, networks: Records) -> (Vec<Asked>, Vec<String>) {
+    let mut asked = Vec::new();
+    let mut notes = Vec::new();
+    for (network, served_by) in networks {
+        match served_by
+            .map_err(|e| CniError::new(code::STORE_FAILURE, e))
+            .and_then(|s| Asked::new(&network, s, place))
+        {
+            Ok(a) => asked.push(a),
+            Err(e) => notes.push(format!("network {network}: {e}")),
+        }
+    }
+    (asked, notes)
+}
+
 /// What a netconf file (a network configuration, or a conflist whose plugin runs
 /// wasm-ipam) says serves its network.
 pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {

@@ -8,14 +8,15 @@ use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
-use crate::operator::ask::{Asked, Place};
+use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
 use crate::operator::{describe, gc, import, inventory, metrics};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// wasm-ipam: a CNI IPAM plugin that runs IPAM modules as WebAssembly components.
 ///
@@ -113,12 +114,30 @@ enum Operation {
         /// As for `list`.
         #[arg(long)]
         netconf: Option<PathBuf>,
-        /// The netconf's `ipam.logFile`, for call timings.
+        /// The netconf's `ipam.logFile`, for call timings (its renamed files
+        /// `<log>.1`, `<log>.2`, … are read too, as far back as the window goes).
         #[arg(long)]
         log_file: Option<PathBuf>,
+        /// Timings of at most this many calls, the most recent: the log is read
+        /// from its end, in time that does not grow with its length.
+        #[arg(long, default_value_t = 10_000)]
+        last: usize,
+        /// Only calls logged within this time before now (e.g. `1h`, `30m`).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<Duration>,
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
+        /// Also count each network's leak candidates (what `wasm-ipam gc` would
+        /// release now, with the default grace), asking this CRI runtime.
+        #[arg(long)]
+        runtime_endpoint: Option<String>,
+        /// As --runtime-endpoint, from a file of live container ids (podman).
+        #[arg(long, conflicts_with = "runtime_endpoint")]
+        valid_from: Option<PathBuf>,
+        /// The leak candidates' grace period, as `gc --grace`.
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        grace: Duration,
     },
     /// Put wasm-ipam on this node (a node image's or a DaemonSet init container's
     /// step): the binary and its compiler into the CNI bin dir, the module into the
@@ -388,24 +407,47 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             network,
             netconf,
             log_file,
+            last,
+            since,
             prometheus,
+            runtime_endpoint,
+            valid_from,
+            grace,
         } => {
             let place = store.place()?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
-            let stats = inventory::network_stats(&place, networks, &mut notes);
+            let runtime = match (&valid_from, &runtime_endpoint) {
+                (Some(path), _) => Some(Runtime::File(path.clone())),
+                (None, Some(endpoint)) => Some(Runtime::cri(Some(endpoint))?),
+                (None, None) => None,
+            };
+            let leaks = match runtime {
+                Some(runtime) => Some(leak_candidates(&place, networks.clone(), runtime, grace)?),
+                None => None,
+            };
+            let mut stats = inventory::network_stats(&place, networks, &mut notes);
+            if let Some((counts, leak_notes)) = leaks {
+                for n in &mut stats {
+                    n.leak_candidates = counts.get(&n.network).copied();
+                }
+                notes.extend(leak_notes);
+            }
             let failed = !notes.iter().all(|n| n.contains("changed since"));
-            let log = match &log_file {
-                Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            let window = metrics::Window {
+                last,
+                since: since.map(|d| SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH)),
+            };
+            let timings = match &log_file {
+                Some(path) => metrics::recent_call_timings(path, window).map_err(|e| {
                     CniError::new(
                         crate::error::code::IO_FAILURE,
                         format!("cannot read {}", path.display()),
                     )
                     .with_details(e)
                 })?,
-                None => String::new(),
+                None => Vec::new(),
             };
-            let timings = metrics::call_timings(&log);
             let text = if prometheus {
                 metrics::prometheus(&stats, &timings)
             } else {
@@ -546,6 +588,35 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
     }
 }
 
+/// Per network, how many allocations `gc` would release now (its dry run), and what
+/// it could not tell.
+fn leak_candidates(
+    place: &Place,
+    networks: crate::store::Records,
+    runtime: Runtime,
+    grace: Duration,
+) -> Result<(BTreeMap<String, u64>, Vec<String>), CniError> {
+    let (asked, mut notes) = asked_all(place, networks);
+    let mut counts: BTreeMap<String, u64> = asked.iter().map(|a| (a.network.clone(), 0)).collect();
+    let options = gc::Options {
+        runtime,
+        grace,
+        timeout: gc::DEFAULT_TIMEOUT,
+        dry_run: true,
+        allow_empty: false,
+    };
+    let outcome = gc::gc(asked, &options)?;
+    for leak in &outcome.leaks {
+        *counts.entry(leak.network.clone()).or_default() += 1;
+    }
+    // A network gc could not reconcile has no count, rather than a wrong zero.
+    for note in &outcome.notes {
+        counts.retain(|network, _| !note.starts_with(&format!("network {network}:")));
+        notes.push(format!("leak candidates: {note}"));
+    }
+    Ok((counts, notes))
+}
+
 fn gc(args: GcArgs) -> Result<Output, CniError> {
     let place = args.store.place()?;
     let runtime = match &args.valid_from {
@@ -568,21 +639,8 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
             all
         }
     };
-    let mut notes = Vec::new();
-    let mut failed = false;
-    let mut asked = Vec::new();
-    for (network, served_by) in networks {
-        match served_by
-            .map_err(|e| CniError::new(crate::error::code::STORE_FAILURE, e))
-            .and_then(|s| Asked::new(&network, s, &place))
-        {
-            Ok(a) => asked.push(a),
-            Err(e) => {
-                notes.push(format!("network {network}: {e}"));
-                failed = true;
-            }
-        }
-    }
+    let (asked, mut notes) = asked_all(&place, networks);
+    let mut failed = !notes.is_empty();
     let options = gc::Options {
         runtime,
         grace: args.grace,

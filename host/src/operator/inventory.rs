@@ -56,6 +56,9 @@ pub struct NetworkStats {
     pub cooling_down: u64,
     pub free: Option<u64>,
     pub pools: Vec<PoolStats>,
+    /// Allocations `gc` would release now (its dry run with the default grace), when
+    /// `stats` was given the runtime to ask.
+    pub leak_candidates: Option<u64>,
 }
 
 /// Which networks to ask, and by which module: the store's records (all, or
@@ -225,6 +228,7 @@ fn totals(network: &str, pools: Vec<inspect::Pool>) -> NetworkStats {
         cooling_down: sum(|p| Some(p.cooling_down)).unwrap_or(0),
         free: sum(|p| p.free),
         pools,
+        leak_candidates: None,
     }
 }
 

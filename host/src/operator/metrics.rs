@@ -1,10 +1,14 @@
-//! `wasm-ipam stats`: per-network address use from the store and, from the log file,
-//! how long calls waited for the lock, held it and used of their budget — as a table
-//! or in Prometheus text format (for node_exporter's textfile collector).
+//! `wasm-ipam stats`: per-network address use from the store and, from the log file's
+//! recent calls, how long they waited for the lock, held it and used of their budget —
+//! as a table or in Prometheus text format (for node_exporter's textfile collector).
 
 use crate::operator::inventory::{NetworkStats, PoolStats, printable};
+use crate::operator::log_tail;
 use serde::Deserialize;
 use std::fmt::Write;
+use std::io;
+use std::path::Path;
+use std::time::SystemTime;
 
 /// Histogram bucket bounds in seconds: from a fast call to the default 90 s budget.
 const BUCKETS: &[f64] = &[
@@ -41,6 +45,8 @@ pub struct Datastore {
 #[derive(Deserialize)]
 struct InvocationLine {
     target: String,
+    /// When the line was written (RFC 3339, UTC).
+    timestamp: Option<String>,
     lock_wait_ms: f64,
     lock_hold_ms: f64,
     budget_used_ms: f64,
@@ -49,18 +55,50 @@ struct InvocationLine {
     datastore: Option<Datastore>,
 }
 
-/// The timings of every invocation in a log file's text (other lines are skipped).
-pub fn call_timings(log: &str) -> Vec<CallTiming> {
-    log.lines()
-        .filter_map(|line| serde_json::from_str::<InvocationLine>(line).ok())
-        .filter(|l| l.target == "invocation")
-        .map(|l| CallTiming {
-            lock_wait: l.lock_wait_ms / 1000.0,
-            lock_hold: l.lock_hold_ms / 1000.0,
-            budget_used: l.budget_used_ms / 1000.0,
-            datastore: l.datastore.unwrap_or_default(),
-        })
-        .collect()
+/// Which calls `stats` reads: the `last` most recent, and of those only the ones
+/// logged since `since`. Reading stops there, so its time does not grow with the log.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub last: usize,
+    pub since: Option<SystemTime>,
+}
+
+/// The timings of the calls in `window`, from the log `path` and its renamed files,
+/// newest first (other lines are skipped).
+pub fn recent_call_timings(path: &Path, window: Window) -> io::Result<Vec<CallTiming>> {
+    let mut timings = Vec::new();
+    if window.last == 0 {
+        return Ok(timings);
+    }
+    log_tail::lines_backwards(path, |line| {
+        let Some((timing, logged)) = call_timing(line) else {
+            return true;
+        };
+        if let (Some(since), Some(logged)) = (window.since, logged)
+            && logged < since
+        {
+            return false;
+        }
+        timings.push(timing);
+        timings.len() < window.last
+    })?;
+    Ok(timings)
+}
+
+/// One invocation line's timings and when it was logged; None for other lines.
+fn call_timing(line: &str) -> Option<(CallTiming, Option<SystemTime>)> {
+    let l = serde_json::from_str::<InvocationLine>(line).ok()?;
+    if l.target != "invocation" {
+        return None;
+    }
+    let logged = l.timestamp.and_then(|t| humantime::parse_rfc3339(&t).ok());
+    let timing = CallTiming {
+        lock_wait: l.lock_wait_ms / 1000.0,
+        lock_hold: l.lock_hold_ms / 1000.0,
+        budget_used: l.budget_used_ms / 1000.0,
+        datastore: l.datastore.unwrap_or_default(),
+    };
+    Some((timing, logged))
 }
 
 /// Whether any call used a datastore: only then are its series shown.
@@ -189,6 +227,14 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
         "Released addresses not yet reusable.",
         &rows(|n| Some(n.cooling_down)),
     );
+    if networks.iter().any(|n| n.leak_candidates.is_some()) {
+        gauge(
+            &mut out,
+            "wasm_ipam_leak_candidates",
+            "Allocations whose sandbox the runtime does not have, older than the grace period: what wasm-ipam gc would release.",
+            &rows(|n| n.leak_candidates),
+        );
+    }
     type PoolMetric = (&'static str, &'static str, fn(&PoolStats) -> Option<u64>);
     const POOL_METRICS: &[PoolMetric] = &[
         (
@@ -264,21 +310,37 @@ pub fn table(
 ) -> String {
     let mut out = String::new();
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    // The leak column only when the runtime was asked (`stats --runtime-endpoint`).
+    let leaks = networks.iter().any(|n| n.leak_candidates.is_some());
+    let leak_column = |v: Option<u64>| {
+        if leaks {
+            format!(" {:>6}", opt(v))
+        } else {
+            String::new()
+        }
+    };
     let _ = writeln!(
         out,
-        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}",
-        "NETWORK", "CAPACITY", "IN USE", "FREE", "EXCLUDED", "COOLING"
+        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}{}",
+        "NETWORK",
+        "CAPACITY",
+        "IN USE",
+        "FREE",
+        "EXCLUDED",
+        "COOLING",
+        if leaks { "  LEAKS" } else { "" }
     );
     for n in networks {
         let _ = writeln!(
             out,
-            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}",
+            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}{}",
             printable(&n.network),
             opt(n.capacity),
             n.in_use,
             opt(n.free),
             n.excluded,
-            n.cooling_down
+            n.cooling_down,
+            leak_column(n.leak_candidates)
         );
         // A network of one pool is its pool; several are shown each.
         for p in n.pools.iter().filter(|_| n.pools.len() > 1) {
@@ -296,7 +358,7 @@ pub fn table(
     }
     match log {
         Some(_) => {
-            let _ = writeln!(out, "\n{} calls in the log", timings.len());
+            let _ = writeln!(out, "\nthe last {} calls in the log", timings.len());
         }
         None => {
             let _ = writeln!(out, "\nno log given (--log-file): no call timings");
@@ -345,6 +407,49 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The timings of a log's text, in its order.
+    fn call_timings(log: &str) -> Vec<CallTiming> {
+        log.lines()
+            .filter_map(call_timing)
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    #[test]
+    fn the_window_stops_at_the_last_calls_or_at_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let line = |second: u32, wait: u32| {
+            format!(
+                r#"{{"timestamp":"2025-01-01T00:00:{second:02}.500000Z","target":"invocation","lock_wait_ms":{wait}.0,"lock_hold_ms":1.0,"budget_used_ms":1.0}}"#
+            )
+        };
+        let text: Vec<String> = (0..10).map(|i| line(i, i)).collect();
+        std::fs::write(&log, text.join("\n{\"target\":\"guest\"}\n") + "\n").unwrap();
+        let waits = |window| -> Vec<f64> {
+            recent_call_timings(&log, window)
+                .unwrap()
+                .iter()
+                .map(|t| t.lock_wait * 1000.0)
+                .collect()
+        };
+        let all = Window {
+            last: 100,
+            since: None,
+        };
+        assert_eq!(waits(all).len(), 10);
+        assert_eq!(waits(Window { last: 3, ..all }), [9.0, 8.0, 7.0]);
+        let since = humantime::parse_rfc3339("2025-01-01T00:00:07Z").unwrap();
+        assert_eq!(
+            waits(Window {
+                since: Some(since),
+                ..all
+            }),
+            [9.0, 8.0, 7.0]
+        );
+        assert!(waits(Window { last: 0, ..all }).is_empty());
+    }
 
     const LOG: &str = r#"{"target":"guest","message":"hi"}
 {"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0}

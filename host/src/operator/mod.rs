@@ -10,5 +10,6 @@ pub mod gc;
 pub mod import;
 pub mod install;
 pub mod inventory;
+pub mod log_tail;
 pub mod metrics;
 pub mod runtime;

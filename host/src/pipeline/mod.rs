@@ -83,10 +83,8 @@ pub fn run<T>(
     steps: impl Fn(&mut Session) -> Result<T, CniError>,
 ) -> Ran<T> {
     if let Some(path) = &network.ipam.log_file {
-        // A log that cannot be opened must not fail the call: the answer matters more.
-        if let Err(e) = logging::init(path) {
-            eprintln!("wasm-ipam: {e}");
-        }
+        // A log that cannot be opened costs one line on stderr, never the answer.
+        logging::init(path, network.ipam.limits.log_rotation);
     }
     let started = Instant::now();
     let mut report = Report::default();

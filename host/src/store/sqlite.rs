@@ -38,10 +38,11 @@ pub const DATABASE_FILE: &str = "store.sqlite";
 /// `PRAGMA application_id` of a wasm-ipam store ("WIPM"): tells our file from an
 /// emptied or foreign one.
 const APPLICATION_ID: i32 = 0x5749_504d;
-/// `PRAGMA user_version`: the schema below. Version 1 (v0.1) lacked `served_by` and
-/// version 2 `attachments`; what is missing is added when an older store is opened.
+/// `PRAGMA user_version`: version 1's tables and every upgrade since. Version 1 (v0.1)
+/// lacked `served_by` and version 2 `attachments`; what an older store lacks is added
+/// when it is opened, and a new store is made the same way.
 const SCHEMA_VERSION: i32 = 3;
-const SCHEMA: &str = "
+const VERSION_1: &str = "
     CREATE TABLE entries (
         network TEXT NOT NULL,
         key TEXT NOT NULL,
@@ -53,19 +54,6 @@ const SCHEMA: &str = "
         entries INTEGER NOT NULL,
         bytes INTEGER NOT NULL
     ) WITHOUT ROWID;
-    CREATE TABLE served_by (
-        network TEXT NOT NULL PRIMARY KEY,
-        record TEXT NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE attachments (
-        network TEXT NOT NULL,
-        container_id TEXT NOT NULL,
-        ifname TEXT NOT NULL,
-        node TEXT NOT NULL,
-        netns TEXT NOT NULL,
-        added INTEGER NOT NULL,
-        PRIMARY KEY (network, container_id, ifname)
-    ) WITHOUT ROWID;
 ";
 /// What turns a version-1 store into a version-2 one.
 const FROM_VERSION_1: &str = "
@@ -74,7 +62,7 @@ const FROM_VERSION_1: &str = "
         record TEXT NOT NULL
     ) WITHOUT ROWID;
 ";
-/// What turns a version-2 store into this schema.
+/// What turns a version-2 store into a version-3 one.
 const FROM_VERSION_2: &str = "
     CREATE TABLE attachments (
         network TEXT NOT NULL,
@@ -336,7 +324,7 @@ fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
         tx.execute_batch(&format!(
             "PRAGMA application_id = {APPLICATION_ID};
              PRAGMA user_version = {SCHEMA_VERSION};
-             {SCHEMA}"
+             {VERSION_1} {FROM_VERSION_1} {FROM_VERSION_2}"
         ))
         .map_err(|e| creating(&e))?;
         let migrated = legacy::copy_into(data_dir, &tx)?;
