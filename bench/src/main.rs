@@ -6,11 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
-use wasm_ipam_bench::scenario::{busy, churn, engines, etcd_herd, herd, latency, ordering};
+use wasm_ipam_bench::scenario::{
+    busy, churn, engines, etcd_herd, herd, latency, ordering, stats_log,
+};
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|ordering|churn|engines> [options]
+usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|ordering|churn|engines|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
@@ -20,6 +22,7 @@ usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|ordering|churn|engines> 
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
+  stats-log    `wasm-ipam stats` on a 1 MiB and a 200 MiB log
 
 options (defaults in brackets):
   --out FILE                 report for `all` [<workspace>/BENCHMARKS.md]
@@ -40,10 +43,11 @@ options (defaults in brackets):
   --spin-ms MS               churn: guest work under the lock [20]
   --engine-cycles N          engines: ADD+DEL cycles per engine [200]
   --busy-cycles N            busy: ADD+DEL cycles per plugin [100]
+  --stats-runs N             stats-log: stats runs per log [5]
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "latency",
     "busy",
     "herd",
@@ -51,6 +55,7 @@ const SCENARIOS: [&str; 7] = [
     "ordering",
     "churn",
     "engines",
+    "stats-log",
 ];
 
 struct Args {
@@ -64,6 +69,7 @@ struct Args {
     churn: churn::Options,
     engines: engines::Options,
     busy: busy::Options,
+    stats_log: stats_log::Options,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
@@ -98,6 +104,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         },
         engines: engines::Options { cycles: 200 },
         busy: busy::Options { cycles: 100 },
+        stats_log: stats_log::Options { runs: 5 },
     };
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -129,6 +136,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
             "--engine-cycles" => args.engines.cycles = count(value)?,
             "--busy-cycles" => args.busy.cycles = count(value)?,
+            "--stats-runs" => args.stats_log.runs = count(value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -147,6 +155,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),
         "busy" => busy::run(&args.paths, &args.busy),
+        "stats-log" => stats_log::run(&args.paths.wasm_ipam, &args.stats_log),
         other => return Err(format!("unknown scenario {other:?}")),
     }
     .map_err(|e| format!("{name}: {e}"))?;

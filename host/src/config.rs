@@ -574,6 +574,18 @@ mod tests {
     }
 
     #[test]
+    fn log_rotation_is_read_in_mib_and_files() {
+        let conf = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"/m.wasm","logMaxMiB":3,"logFiles":5}}"#).unwrap();
+        assert_eq!(
+            conf.ipam.limits.log_rotation,
+            LogRotation {
+                max_bytes: 3 * MIB,
+                kept: 5
+            }
+        );
+    }
+
+    #[test]
     fn missing_module_is_config_error() {
         let err =
             parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"wasm-ipam"}}"#).unwrap_err();

@@ -39,8 +39,8 @@ pub const MIB: u64 = 1 << 20;
 
 /// The log file is renamed aside (`<log>.1`, older ones shifted up, the oldest
 /// removed) by the first line written once it holds `max_bytes`; `kept` renamed files
-/// stay. On disk: at most (`kept` + 1) files of `max_bytes` plus a line each (see
-/// [`crate::logging`]).
+/// stay. On disk: at most (`kept` + 1) files of `max_bytes`, each plus the lines
+/// being written when it filled, one per call writing then (see [`crate::logging`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogRotation {
     pub max_bytes: u64,

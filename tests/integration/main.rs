@@ -17,6 +17,7 @@ mod host_local_parity;
 mod hostile;
 mod install;
 mod local_security;
+mod log_rotation;
 mod main_plugins;
 mod operators;
 mod pipeline;

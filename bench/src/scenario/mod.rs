@@ -9,6 +9,7 @@ pub mod etcd_herd;
 pub mod herd;
 pub mod latency;
 pub mod ordering;
+pub mod stats_log;
 pub mod syncs;
 
 use crate::fifo::{self, Job};
