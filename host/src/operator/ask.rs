@@ -237,7 +237,7 @@ pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
 }
 
 fn in_network(network: &str, e: CniError) -> CniError {
-    if e.msg.contains(network) {
+    if e.msg.starts_with(&format!("network {network}:")) {
         return e;
     }
     CniError {

@@ -60,20 +60,31 @@ fn forget_if_empty(
     let asked = Asked::new(network, served_by.map_err(cannot_tell)?, place)
         .map_err(|e| cannot_tell(e.to_string()))?;
     let work = Work::Allocations(asked.context());
-    asked.run("forget", &mut Vec::new(), |session| {
-        let held = match session.ask(work.clone(), Writes::ReadOnly) {
-            Ok(Answer::Allocations(list)) => list.len(),
-            Ok(_) => return Err(cannot_tell("the module answered something else".into())),
-            Err(e) => return Err(cannot_tell(e.to_string())),
-        };
-        if held > 0 {
-            return Err(CniError::new(
-                code::INVALID_NETWORK_CONFIG,
-                format!(
-                    "network {network} still holds {held} allocation(s) (wasm-ipam list --network {network}); release them, or pass --force to forget it anyway"
-                ),
-            ));
-        }
-        session.forget_network()
-    })
+    // Set when the module answered that the network holds allocations: the run's
+    // error is then that refusal, and any other error means nobody could tell.
+    let held = std::cell::Cell::new(0);
+    asked
+        .run("forget", &mut Vec::new(), |session| {
+            match session.ask(work.clone(), Writes::ReadOnly)? {
+                Answer::Allocations(list) if list.is_empty() => session.forget_network(),
+                Answer::Allocations(list) => {
+                    held.set(list.len());
+                    Err(CniError::new(
+                        code::INVALID_NETWORK_CONFIG,
+                        format!(
+                            "still holds {} allocation(s) (wasm-ipam list --network {network}); release them, or pass --force to forget it anyway",
+                            list.len()
+                        ),
+                    ))
+                }
+                _ => Err(CniError::new(
+                    code::INTERNAL_ERROR,
+                    "the module answered something else",
+                )),
+            }
+        })
+        .map_err(|e| match held.get() {
+            0 => cannot_tell(e.to_string()),
+            _ => e,
+        })
 }

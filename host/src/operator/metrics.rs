@@ -45,6 +45,9 @@ pub struct Datastore {
 #[derive(Deserialize)]
 struct InvocationLine {
     target: String,
+    /// The CNI command (`ADD`), or the operator command (`list`) whose run this was.
+    #[serde(default)]
+    command: String,
     /// When the line was written (RFC 3339, UTC).
     timestamp: Option<String>,
     lock_wait_ms: f64,
@@ -85,10 +88,15 @@ pub fn recent_call_timings(path: &Path, window: Window) -> io::Result<Vec<CallTi
     Ok(timings)
 }
 
+/// The commands a runtime's CNI calls log (`cni::Command::as_str`).
+const CNI_COMMANDS: &[&str] = &["ADD", "DEL", "CHECK", "GC", "STATUS"];
+
 /// One invocation line's timings and when it was logged; None for other lines.
 fn call_timing(line: &str) -> Option<(CallTiming, Option<SystemTime>)> {
     let l = serde_json::from_str::<InvocationLine>(line).ok()?;
-    if l.target != "invocation" {
+    // Call timings are the runtime's calls': an operator's runs are logged alike, but
+    // their timings would blur what pods wait for.
+    if l.target != "invocation" || !CNI_COMMANDS.contains(&l.command.as_str()) {
         return None;
     }
     let logged = l.timestamp.and_then(|t| humantime::parse_rfc3339(&t).ok());
