@@ -430,7 +430,7 @@ mod tests {
         let log = dir.path().join("log");
         let line = |second: u32, wait: u32| {
             format!(
-                r#"{{"timestamp":"2025-01-01T00:00:{second:02}.500000Z","target":"invocation","lock_wait_ms":{wait}.0,"lock_hold_ms":1.0,"budget_used_ms":1.0}}"#
+                r#"{{"timestamp":"2025-01-01T00:00:{second:02}.500000Z","target":"invocation","command":"ADD","lock_wait_ms":{wait}.0,"lock_hold_ms":1.0,"budget_used_ms":1.0}}"#
             )
         };
         let text: Vec<String> = (0..10).map(|i| line(i, i)).collect();
@@ -460,13 +460,14 @@ mod tests {
     }
 
     const LOG: &str = r#"{"target":"guest","message":"hi"}
-{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0}
-{"target":"invocation","lock_wait_ms":3000.0,"lock_hold_ms":120.0,"budget_used_ms":110.0}
+{"target":"invocation","command":"ADD","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0}
+{"target":"invocation","command":"list","lock_wait_ms":7.0,"lock_hold_ms":5.0,"budget_used_ms":4.0}
+{"target":"invocation","command":"DEL","lock_wait_ms":3000.0,"lock_hold_ms":120.0,"budget_used_ms":110.0}
 not json
 "#;
 
-    const ETCD_LOG: &str = r#"{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":5,"etcd_conflicts":1,"store_retries":1,"etcd_ms":30.0,"etcd_rate_wait_ms":0.0}
-{"target":"invocation","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":4,"etcd_conflicts":0,"store_retries":0,"etcd_ms":3000.0,"etcd_rate_wait_ms":200.0}
+    const ETCD_LOG: &str = r#"{"target":"invocation","command":"ADD","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":5,"etcd_conflicts":1,"store_retries":1,"etcd_ms":30.0,"etcd_rate_wait_ms":0.0}
+{"target":"invocation","command":"ADD","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":4,"etcd_conflicts":0,"store_retries":0,"etcd_ms":3000.0,"etcd_rate_wait_ms":200.0}
 "#;
 
     #[test]
@@ -501,7 +502,8 @@ not json
     }
 
     #[test]
-    fn timings_come_from_invocation_lines_only() {
+    fn timings_come_from_cni_calls_invocation_lines_only() {
+        // The guest's line, the operator's `list` and the line that is not JSON: skipped.
         let timings = call_timings(LOG);
         assert_eq!(timings.len(), 2);
         assert_eq!(timings[1].lock_wait, 3.0);
