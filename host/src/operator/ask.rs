@@ -10,7 +10,7 @@
 use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
 use crate::lock;
-use crate::module::bindings::{inspect, types};
+use crate::module::bindings::{inspect, nodes, types};
 use crate::module::instance::{Answer, Work};
 use crate::pipeline::{self, Label, Network, Session};
 use crate::store::{self, Records, ServedBy};
@@ -144,6 +144,23 @@ impl Asked {
         }
     }
 
+    /// What `release-node` tells the module: inspect's facts (the pipeline stamps
+    /// `now` with the grant).
+    pub fn nodes_context(&self) -> nodes::Context {
+        let inspect::Context {
+            network_name,
+            config,
+            node_name,
+            now,
+        } = self.context();
+        nodes::Context {
+            network_name,
+            config,
+            node_name,
+            now,
+        }
+    }
+
     /// Runs `steps` through the pipeline for operator command `command`. A module
     /// whose digest changed since it served the network is used as it is now (the
     /// next CNI call would run it too), with a warning in `notes`.
@@ -220,7 +237,7 @@ pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
 }
 
 fn in_network(network: &str, e: CniError) -> CniError {
-    if e.msg.contains(network) {
+    if e.msg.starts_with(&format!("network {network}:")) {
         return e;
     }
     CniError {
