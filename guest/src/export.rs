@@ -119,8 +119,8 @@ macro_rules! export_module {
                     $crate::__export::release_node::<$module>(c, node, dry_run)
                 }
             }
-            $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
-};
+    $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);
+        };
         #[cfg(not(target_arch = "wasm32"))]
         const _: () = $crate::__export::is_module::<$module>();
     };

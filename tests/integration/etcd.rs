@@ -1001,10 +1001,8 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
 
     // The live nodes fill their blocks and claim the free ones, node c's among them.
     for i in 0..8 {
-        for n in 0..2 {
-            Call::new("ADD", &format!("more-{n}-{i}"))
-                .run(&confs[n])
-                .ok();
+        for (n, conf) in confs[..2].iter().enumerate() {
+            Call::new("ADD", &format!("more-{n}-{i}")).run(conf).ok();
         }
     }
     let owners = block_owners(&etcd, "/r/");

@@ -259,7 +259,11 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_at_once_and_leaves_the_o
         .collect();
     let (c1, c2) = (bare(&c1), bare(&c2));
     assert_eq!(released, [("c1", c1.as_str()), ("c2", c2.as_str())]);
-    assert_eq!(real.blocks, [gone.clone()], "freed without the grace");
+    assert_eq!(
+        real.blocks,
+        std::slice::from_ref(&gone),
+        "freed without the grace"
+    );
     assert!(real.notes.is_empty(), "{:?}", real.notes);
     assert_eq!(owner(&store, &gone), None);
     assert!(store.list("aff/c/").is_empty() && store.list("own/c/").is_empty());
