@@ -61,7 +61,7 @@ fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -p cluster-pool -- -D warnings
+cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -p legacy-v0-2 -p cluster-pool -- -D warnings
 # The per-call binary must carry no compiler: nothing in its build graph may pull in
 # Cranelift's code generator (the compiler is compiler/'s own binary). The check is
 # live: the same query on wasm-ipam-compiler lists it.

@@ -1,14 +1,15 @@
 //! [`export_module!`](crate::export_module): a type implementing
-//! [`IpamModule`] becomes this component's `handler`, `inspect` and
-//! `migrate` exports, each call wrapped into the SDK's types and given the host's
+//! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate` and
+//! `nodes` exports, each call wrapped into the SDK's types and given the host's
 //! store.
 
 use crate::bindings::cni::ipam::types::Request as RawRequest;
 use crate::bindings::exports::cni::ipam::inspect::Context as RawContext;
+use crate::bindings::exports::cni::ipam::nodes::Context as RawNodesContext;
 use crate::store::HostStore;
 use crate::{
     Allocation, Attachment, Context, Error, ImportReport, ImportRequest, IpamModule, IpamResult,
-    Pool, Request, StateFile,
+    Pool, ReleaseReport, Request, StateFile,
 };
 
 pub fn add<M: IpamModule>(raw: RawRequest) -> Result<IpamResult, Error> {
@@ -42,11 +43,19 @@ pub fn import_state<M: IpamModule>(
     M::import_state(&import, &mut HostStore)
 }
 
+pub fn release_node<M: IpamModule>(
+    raw: RawNodesContext,
+    node: String,
+    dry_run: bool,
+) -> Result<ReleaseReport, Error> {
+    M::release_node(&Context::of_nodes(raw)?, &node, dry_run, &mut HostStore)
+}
+
 /// Natively the exports are left out; this keeps the check that the type is a module.
 pub const fn is_module<M: IpamModule>() {}
 
 /// Exports a type implementing [`IpamModule`] as this component's
-/// `handler`, `inspect` and `migrate`.
+/// `handler`, `inspect`, `migrate` and `nodes`.
 ///
 /// Only a wasm32 build exports anything. Natively (`cargo test` of a module) the
 /// macro only checks that the type implements `IpamModule`, so a module invokes it
@@ -58,7 +67,7 @@ macro_rules! export_module {
         const _: () = {
             use $crate::bindings::cni::ipam::types as __types;
             use $crate::bindings::exports::cni::ipam::{
-                handler as __handler, inspect as __inspect, migrate as __migrate,
+                handler as __handler, inspect as __inspect, migrate as __migrate, nodes as __nodes,
             };
             struct __WasmIpamExport;
             impl __handler::Guest for __WasmIpamExport {
@@ -99,6 +108,15 @@ macro_rules! export_module {
                     files: Vec<__migrate::StateFile>,
                 ) -> Result<__migrate::ImportReport, __types::Error> {
                     $crate::__export::import_state::<$module>(format, network_name, config, files)
+                }
+            }
+            impl __nodes::Guest for __WasmIpamExport {
+                fn release_node(
+                    c: __nodes::Context,
+                    node: String,
+                    dry_run: bool,
+                ) -> Result<__nodes::ReleaseReport, __types::Error> {
+                    $crate::__export::release_node::<$module>(c, node, dry_run)
                 }
             }
     $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);

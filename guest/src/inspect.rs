@@ -21,6 +21,7 @@
 //! ```
 
 use crate::bindings::exports::cni::ipam::inspect::Context as RawContext;
+use crate::bindings::exports::cni::ipam::nodes::Context as RawNodesContext;
 use crate::request::{ipam_section, parse_config};
 use crate::{Allocation, Error, Pool, Request, WallInstant};
 use serde::de::DeserializeOwned;
@@ -44,6 +45,16 @@ impl Context {
         Ok(Context {
             config: raw.config.as_deref().map(parse_config).transpose()?,
             network_name: raw.network_name,
+            node_name: raw.node_name,
+            now: raw.now,
+        })
+    }
+
+    /// Wraps the context `release-node` is called with: the same facts as inspect's.
+    pub fn of_nodes(raw: RawNodesContext) -> Result<Self, Error> {
+        Self::new(RawContext {
+            network_name: raw.network_name,
+            config: raw.config,
             node_name: raw.node_name,
             now: raw.now,
         })

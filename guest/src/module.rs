@@ -5,7 +5,7 @@ use crate::error::code;
 use crate::store::Store;
 use crate::{
     Allocation, Attachment, Command, Context, Error, ImportReport, ImportRequest, IpamResult, Pool,
-    Request,
+    ReleaseReport, Request,
 };
 
 /// What a module implements: one function per CNI command and per operator request,
@@ -23,6 +23,7 @@ use crate::{
 /// | `allocations` | error (code 121): the module does not report allocations |
 /// | `pools` | one pool named after the network, its in-use count from `allocations`, capacity unknown |
 /// | `import_state` | error (code 121): the module cannot import the format |
+/// | `release_node` | error (code 121): the module keeps no per-node state to release |
 ///
 /// So a module that implements `allocations` gets a working CHECK, GC, `wasm-ipam
 /// list` and `stats`; one that implements neither fails CHECK and GC, saying why,
@@ -150,6 +151,25 @@ pub trait IpamModule {
         Err(Error::unsupported(format!(
             "this module cannot import format {:?}",
             import.format()
+        )))
+    }
+
+    /// Releases everything the module records for `node`, a node removed from the
+    /// cluster (`wasm-ipam release-node`), for a module whose store several nodes
+    /// share: its attachments' addresses and whatever it keeps per node. The host asks
+    /// only once the node has made no committing call for a while; `context.node_name()`
+    /// is the node the operator runs the command on. With `dry_run` the host refuses
+    /// every write: answer what would be released, writing nothing. By default an
+    /// error: the module keeps no per-node state to release.
+    fn release_node(
+        context: &Context,
+        node: &str,
+        dry_run: bool,
+        store: &mut impl Store,
+    ) -> Result<ReleaseReport, Error> {
+        let _ = (context, dry_run, store);
+        Err(Error::unsupported(format!(
+            "this module keeps nothing per node: nothing to release for node {node:?}"
         )))
     }
 }
@@ -362,5 +382,8 @@ mod tests {
                 r#"this module cannot import format "calico""#
             )
         );
+        let err = Bare::release_node(&context, "gone", false, &mut store).unwrap_err();
+        assert_eq!(err.code, code::NOT_IMPLEMENTED);
+        assert!(err.msg.contains(r#"node "gone""#), "{}", err.msg);
     }
 }

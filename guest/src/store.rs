@@ -98,3 +98,67 @@ impl Store for MemoryStore {
             .collect()
     }
 }
+
+/// A store whose writes stay in memory, over another it only reads: reads see the
+/// writes made through it, and nothing reaches the store beneath. A dry run (as
+/// [`IpamModule::release_node`](crate::IpamModule::release_node)'s, where the host
+/// refuses every write) runs the very code a real run does, so what it answers is
+/// what the real run would do.
+///
+/// ```
+/// use wasm_ipam_guest::store::{MemoryStore, Staged, Store};
+///
+/// let base: MemoryStore = [("a", "1"), ("b", "2")].into_iter().collect();
+/// let mut staged = Staged::over(&base);
+/// staged.delete("a").unwrap();
+/// staged.put("c", b"3").unwrap();
+/// let keys: Vec<String> = staged.list("").into_iter().map(|(k, _)| k).collect();
+/// assert_eq!(keys, ["b", "c"]);
+/// assert_eq!(base.list("").len(), 2, "the store beneath is untouched");
+/// ```
+pub struct Staged<'a, S: Store> {
+    base: &'a S,
+    /// `Some` puts, `None` deletes.
+    writes: BTreeMap<String, Option<Vec<u8>>>,
+}
+
+impl<'a, S: Store> Staged<'a, S> {
+    pub fn over(base: &'a S) -> Self {
+        Staged {
+            base,
+            writes: BTreeMap::new(),
+        }
+    }
+}
+
+impl<S: Store> Store for Staged<'_, S> {
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        match self.writes.get(key) {
+            Some(write) => write.clone(),
+            None => self.base.get(key),
+        }
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.writes.insert(key.to_string(), Some(value.to_vec()));
+        Ok(())
+    }
+    fn delete(&mut self, key: &str) -> Result<bool, Error> {
+        let present = self.get(key).is_some();
+        self.writes.insert(key.to_string(), None);
+        Ok(present)
+    }
+    fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let mut merged: BTreeMap<String, Vec<u8>> = self.base.list(prefix).into_iter().collect();
+        for (key, write) in self
+            .writes
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+        {
+            match write {
+                Some(value) => merged.insert(key.clone(), value.clone()),
+                None => merged.remove(key),
+            };
+        }
+        merged.into_iter().collect()
+    }
+}

@@ -1,5 +1,5 @@
-//! The module contract across versions: a module built against cni:ipam@0.1.0 and
-//! modules built against 0.2.0 run side by side on one node; `list` and `stats` ask
+//! The module contract across versions: modules built against cni:ipam@0.1.0, 0.2.0
+//! and 0.2.1 run side by side on one node; `list` and `stats` ask
 //! each network's module (its `inspect` export) and say plainly when it has none;
 //! `wasm-ipam inspect` describes a module and why the host would refuse it.
 
@@ -30,7 +30,7 @@ fn list_json(node: &Node, extra: &[&str]) -> (bool, Value, String) {
 }
 
 #[test]
-fn a_0_1_module_and_0_2_modules_run_side_by_side() {
+fn modules_of_every_contract_version_run_side_by_side() {
     let node = Node::new();
     let legacy = named(
         node.netconf(
@@ -56,6 +56,16 @@ fn a_0_1_module_and_0_2_modules_run_side_by_side() {
         ),
         "mini",
     );
+    // Built against the frozen 0.2.0 with wit-bindgen alone: the host, built from
+    // 0.2.1, finds its 0.2.0 exports and serves its 0.2.0 imports.
+    let v0_2_0 = named(
+        node.netconf(
+            "1.1.0",
+            &legacy_v0_2_module(),
+            json!({"addresses": ["10.75.0.2/24", "10.75.0.3/24"]}),
+        ),
+        "v020",
+    );
 
     // Every command of the 0.1.0 module, through the same call path.
     assert_eq!(
@@ -71,7 +81,19 @@ fn a_0_1_module_and_0_2_modules_run_side_by_side() {
     Call::new("DEL", "c1").run(&legacy).ok();
     assert_eq!(Call::new("CHECK", "c1").run(&legacy).error_code(), 3);
     Call::new("STATUS", "").run(&legacy).ok();
-    // And the 0.2.0 ones.
+    // A 0.2.0 module's.
+    assert_eq!(
+        Call::new("ADD", "c1").run(&v0_2_0).address(),
+        "10.75.0.2/24"
+    );
+    assert_eq!(
+        Call::new("ADD", "c2").run(&v0_2_0).address(),
+        "10.75.0.3/24"
+    );
+    Call::new("CHECK", "c2").run(&v0_2_0).ok();
+    Call::new("DEL", "c1").run(&v0_2_0).ok();
+    Call::new("STATUS", "").run(&v0_2_0).ok();
+    // And the 0.2.1 ones.
     assert_eq!(
         Call::new("ADD", "c1").run(&host_local).address(),
         "10.72.0.2/24"
@@ -84,7 +106,7 @@ fn a_0_1_module_and_0_2_modules_run_side_by_side() {
     Call::new("DEL", "c1").run(&minimal).ok();
     Call::new("ADD", "c9").run(&minimal).ok();
 
-    // `list` asks each network's module: the 0.2.0 ones answer, the 0.1.0 one cannot,
+    // `list` asks each network's module: the 0.2.x ones answer, the 0.1.0 one cannot,
     // says so, and makes the command fail without hiding the others.
     let (ok, list, stderr) = list_json(&node, &[]);
     assert!(!ok, "a network could not be listed: exit 1");
@@ -106,10 +128,15 @@ fn a_0_1_module_and_0_2_modules_run_side_by_side() {
             )
         })
         .collect();
-    assert_eq!(rows.len(), 2, "{list}");
+    assert_eq!(rows.len(), 3, "{list}");
     assert_eq!(rows[0], ("hl", "10.72.0.2", "c1"));
     assert_eq!(rows[1].0, "mini");
     assert_eq!(rows[1].2, "c9");
+    assert_eq!(
+        rows[2],
+        ("v020", "10.75.0.3", "c2"),
+        "its 0.2.0 inspect answered"
+    );
 
     // One network at a time, and `stats` likewise.
     let (ok, list, stderr) = list_json(&node, &["--network", "hl"]);
@@ -190,9 +217,10 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     let node = Node::new();
     let (ok, d) = describe(&node, &host_local_module());
     assert!(ok, "{d}");
-    assert_eq!(d["contract"], "cni:ipam@0.2.0");
+    assert_eq!(d["contract"], "cni:ipam@0.2.1");
     assert_eq!(d["exports_inspect"], true);
     assert_eq!(d["exports_migrate"], true);
+    assert_eq!(d["exports_nodes"], true);
     assert_eq!(d["accepted"], true);
     assert_eq!(d["cached_before"], false);
     assert_eq!(d["compile"]["how"], "compiled");
@@ -202,7 +230,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i["name"] == "cni:ipam/store@0.2.0" && i["provided"] == true),
+            .any(|i| i["name"] == "cni:ipam/store@0.2.1" && i["provided"] == true),
         "{d}"
     );
     // Described again, it comes from the cache the first run filled.
@@ -214,6 +242,45 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     assert!(ok);
     assert_eq!(d["contract"], "cni:ipam@0.1.0");
     assert_eq!(d["exports_inspect"], false);
+
+    // A 0.2.0 module: accepted, its 0.2.0 imports provided, no `nodes`.
+    let (ok, d) = describe(&node, &legacy_v0_2_module());
+    assert!(ok, "{d}");
+    assert_eq!(d["contract"], "cni:ipam@0.2.0");
+    assert_eq!(d["exports_inspect"], true);
+    assert_eq!(d["exports_nodes"], false);
+    assert!(
+        d["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "cni:ipam/store@0.2.0" && i["provided"] == true),
+        "{d}"
+    );
+
+    // A patch version newer than the host's may export what it cannot call: refused,
+    // saying which versions it runs.
+    let path = node.dir.path().join("newer.wasm");
+    let component = wat::parse_str(
+        r#"(component
+             (core module $m (func (export "f")))
+             (core instance $i (instantiate $m))
+             (func $f (canon lift (core func $i "f")))
+             (instance $h (export "status" (func $f)))
+             (export "cni:ipam/handler@0.2.9" (instance $h)))"#,
+    )
+    .unwrap();
+    std::fs::write(&path, component).unwrap();
+    let (ok, d) = describe(&node, &path);
+    assert!(!ok);
+    assert!(d["contract"].is_null(), "{d}");
+    assert!(
+        d["refused_because"]
+            .as_str()
+            .unwrap()
+            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.1, or 0.1.0)"),
+        "{d}"
+    );
 
     // Refused: an import the host does not provide, named; exit status 1.
     let path = node.dir.path().join("imports.wasm");

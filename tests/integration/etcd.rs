@@ -848,3 +848,197 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
     });
     assert!(etcd.keys("/c/n/testnet/e/own/").is_empty());
 }
+
+/// `wasm-ipam release-node NODE` run on `on`'s node, with its netconf and `extra`.
+fn release_node(on: &Node, conf: &Value, node: &str, extra: &[&str]) -> (bool, String, String) {
+    let conf_file = write_conf(on, conf);
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "release-node".into(),
+        node.into(),
+        "--netconf".into(),
+        conf_file.into(),
+        "--lock-file".into(),
+        on.lock_file().into(),
+        "--data-dir".into(),
+        on.data_dir().into(),
+    ];
+    args.extend(extra.iter().map(Into::into));
+    operator_output(args)
+}
+
+/// Each block's node, from cluster-pool's `blk/` records under `prefix`.
+fn block_owners(etcd: &Etcd, prefix: &str) -> std::collections::BTreeMap<String, String> {
+    let blocks = format!("{prefix}n/testnet/e/blk/");
+    etcd.ctl(&["get", "--prefix", &blocks])
+        .lines()
+        .collect::<Vec<_>>()
+        .chunks(2)
+        .map(|kv| {
+            let record: Value = serde_json::from_str(kv[1]).unwrap();
+            (
+                kv[0].trim_start_matches(&blocks).to_string(),
+                record["node"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one() {
+    let etcd = Etcd::start(1);
+    let store = etcd.store("/r/");
+    let cluster: Vec<Node> = (0..3).map(|_| Node::new()).collect();
+    let names = ["node-a", "node-b", "node-c"];
+    // Four /29 blocks of 5 usable addresses each.
+    let ipam = json!({"cidr": "10.96.0.0/27", "blockSize": 29});
+    let confs: Vec<Value> = cluster
+        .iter()
+        .zip(names)
+        .map(|(node, name)| node_conf(node, name, &cluster_pool_module(), &store, ipam.clone()))
+        .collect();
+    let mut held = Vec::new();
+    for (n, conf) in confs.iter().enumerate() {
+        for i in 0..2 {
+            let id = format!("{}{i}", &names[n][5..]);
+            let address = Call::new("ADD", &id).run(conf).address().to_string();
+            held.push((id, address.split('/').next().unwrap().to_string()));
+        }
+    }
+    let owners = block_owners(&etcd, "/r/");
+    assert_eq!(owners.len(), 3, "one block each: {owners:?}");
+    let c_block = owners
+        .iter()
+        .find(|(_, node)| *node == "node-c")
+        .map(|(block, _)| block.clone())
+        .unwrap();
+    let (a, c) = (&cluster[0], &cluster[2]);
+
+    // Node b called a moment ago: refused, nothing released.
+    let entries = etcd.keys("/r/n/testnet/e/");
+    let (ok, _, stderr) = release_node(a, &confs[0], "node-b", &["--window", "1h"]);
+    assert!(!ok, "a live node is refused");
+    assert!(
+        stderr.contains("code 11") && stderr.contains("node node-b committed a call"),
+        "{stderr}"
+    );
+    // A node cannot release itself.
+    let (ok, _, stderr) = release_node(c, &confs[2], "node-c", &["--force"]);
+    assert!(!ok && stderr.contains("runs as"), "{stderr}");
+    assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
+
+    // Node c stops. Once it has been quiet for the (small) window, a dry run says what
+    // would go, and changes nothing.
+    let waited = Instant::now();
+    let dry = loop {
+        let (ok, stdout, stderr) =
+            release_node(a, &confs[0], "node-c", &["--window", "2s", "--dry-run"]);
+        if ok {
+            break stdout;
+        }
+        assert!(stderr.contains("code 11"), "{stderr}");
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "node-c never counted as quiet for 2 s: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        etcd.keys("/r/n/testnet/e/"),
+        entries,
+        "a dry run changes nothing"
+    );
+    assert!(
+        dry.contains("would release 2 address(es) and 1 block(s)"),
+        "{dry}"
+    );
+
+    let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("released 2 address(es) and 1 block(s)"),
+        "{stdout}"
+    );
+    for (id, address) in &held[4..] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with("address") && l.contains(address) && l.contains(id)),
+            "{address} of {id} in\n{stdout}"
+        );
+    }
+    assert!(stdout.contains(&format!("block   {c_block}")), "{stdout}");
+
+    // Its addresses and block are gone; the others' are untouched.
+    let conf_file = write_conf(a, &confs[0]);
+    let (ok, listed, stderr) = operator_output([
+        "list".as_ref(),
+        "--json".as_ref(),
+        "--netconf".as_ref(),
+        conf_file.as_os_str(),
+        "--lock-file".as_ref(),
+        a.lock_file().as_os_str(),
+        "--data-dir".as_ref(),
+        a.data_dir().as_os_str(),
+    ]);
+    assert!(ok, "{stderr}");
+    let mut rows: Vec<(String, String)> = serde_json::from_str::<Vec<Value>>(&listed)
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["containerID"].as_str().unwrap().to_string(),
+                r["address"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    assert_eq!(rows, held[..4], "{listed}");
+    let after = block_owners(&etcd, "/r/");
+    assert!(!after.contains_key(&c_block), "{after:?}");
+    assert_eq!(after.len(), 2);
+    assert!(etcd.keys("/r/n/testnet/e/aff/node-c/").is_empty());
+    assert!(etcd.keys("/r/n/testnet/e/own/node-c/").is_empty());
+
+    // The live nodes fill their blocks and claim the free ones, node c's among them.
+    for i in 0..8 {
+        for (n, conf) in confs[..2].iter().enumerate() {
+            Call::new("ADD", &format!("more-{n}-{i}")).run(conf).ok();
+        }
+    }
+    let owners = block_owners(&etcd, "/r/");
+    assert_eq!(owners.len(), 4, "{owners:?}");
+    assert!(
+        ["node-a", "node-b"].contains(&owners[&c_block].as_str()),
+        "{owners:?}"
+    );
+
+    // A store no other node shares has no node to release.
+    let solo = Node::new();
+    let solo_conf = solo.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "10.97.0.0/24"}),
+    );
+    Call::new("ADD", "s1").run(&solo_conf).ok();
+    let (ok, _, stderr) = release_node(&solo, &solo_conf, "node-x", &["--force"]);
+    assert!(
+        !ok && stderr.contains("code 7") && stderr.contains("embedded"),
+        "{stderr}"
+    );
+
+    // A module built against 0.2.0 has no `nodes` export: it is named, nothing runs.
+    let old_store = etcd.store("/r2/");
+    let old = node_conf(
+        a,
+        "node-a",
+        &legacy_v0_2_module(),
+        &old_store,
+        json!({"addresses": ["10.98.0.2/24"]}),
+    );
+    Call::new("ADD", "o1").run(&old).ok();
+    let (ok, _, stderr) = release_node(a, &old, "node-x", &["--force"]);
+    assert!(
+        !ok && stderr.contains("code 100") && stderr.contains("does not export nodes"),
+        "{stderr}"
+    );
+}

@@ -88,6 +88,8 @@ pub fn modules_dir() -> &'static Path {
                 "-p",
                 "legacy-v0-1",
                 "-p",
+                "legacy-v0-2",
+                "-p",
                 "cluster-pool",
                 "--target-dir",
             ])
@@ -113,7 +115,7 @@ pub fn host_local_module() -> PathBuf {
     modules_dir().join("host_local.wasm")
 }
 
-/// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.0).
+/// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.1).
 pub fn minimal_module() -> PathBuf {
     modules_dir().join("minimal.wasm")
 }
@@ -126,6 +128,11 @@ pub fn cluster_pool_module() -> PathBuf {
 /// `tests/modules/legacy-v0-1`: a module built against cni:ipam@0.1.0.
 pub fn legacy_module() -> PathBuf {
     modules_dir().join("legacy_v0_1.wasm")
+}
+
+/// `tests/modules/legacy-v0-2`: a module built against cni:ipam@0.2.0, without `nodes`.
+pub fn legacy_v0_2_module() -> PathBuf {
+    modules_dir().join("legacy_v0_2.wasm")
 }
 
 /// One isolated node: its own lock file, data dir and log file.

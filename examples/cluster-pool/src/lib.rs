@@ -18,6 +18,11 @@
 //!   its addresses for that long after its DEL, and gets them back on its next ADD on
 //!   any node; nobody else gets them meanwhile.
 //!
+//! - Releasing a node that is gone (`wasm-ipam release-node`, the `nodes` export):
+//!   its attachments are released as their DELs would be, and its blocks freed at
+//!   once; a block still holding another node's pod's address (or one kept for a
+//!   sticky pod) is handed to the live node the operator runs on instead.
+//!
 //! Every decision is made from what the handler reads and committed by the host in
 //! one transaction, so two nodes racing for one block or address cannot both win:
 //! the loser's commit conflicts and its handler runs again on what the winner wrote.
@@ -35,6 +40,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use wasm_ipam_guest::error::code;
+use wasm_ipam_guest::store::Staged;
 use wasm_ipam_guest::*;
 
 const DEFAULT_BLOCK_V4: u8 = 26;
@@ -374,8 +380,17 @@ impl<S: Store> Call<'_, S> {
     /// Releases one attachment's addresses (kept for its pod when sticky), then frees
     /// this node's blocks that have been empty past the grace period.
     fn release(&mut self, id: &str, ifname: &str) -> Result<(), Error> {
+        self.release_attachment(id, ifname)?;
+        self.free_idle_blocks()
+    }
+
+    /// Releases one attachment's addresses (kept for its pod when sticky); answers
+    /// the addresses it held.
+    fn release_attachment(&mut self, id: &str, ifname: &str) -> Result<Vec<IpAddr>, Error> {
         let key = own_key(self.node, id, ifname);
+        let mut released = Vec::new();
         if let Some(own) = read::<Own>(self.store, &key)? {
+            released.clone_from(&own.ips);
             let keep = own.identity.clone().filter(|_| self.conf.sticky > 0);
             let until = self.now + self.conf.sticky;
             for ip in &own.ips {
@@ -416,7 +431,7 @@ impl<S: Store> Call<'_, S> {
             }
             self.store.delete(&key)?;
         }
-        self.free_idle_blocks()
+        Ok(released)
     }
 
     /// Frees this node's blocks that hold nothing and have held nothing for the grace.
@@ -427,24 +442,92 @@ impl<S: Store> Call<'_, S> {
                 let Some(mut block) = read::<Block>(self.store, &key)? else {
                     continue;
                 };
+                let (held, empty_since) = (block.ips.len(), block.empty_since);
                 self.sweep(&mut block)?;
                 let idle = block.ips.is_empty()
                     && block
                         .empty_since
                         .is_some_and(|t| self.now >= t.saturating_add(self.conf.grace));
-                if !idle {
-                    continue;
+                if idle {
+                    self.free_block(pool, block_net)?;
+                } else if (held, empty_since) != (block.ips.len(), block.empty_since) {
+                    // Expired sticky holds went: the block's grace starts now, not at
+                    // each later look.
+                    write(self.store, &key, &block)?;
                 }
-                self.store.delete(&key)?;
-                self.store
-                    .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
-                let pool_key = pool_key(pool);
-                let mut claimed: BTreeSet<IpNet> = read(self.store, &pool_key)?.unwrap_or_default();
-                claimed.remove(&block_net);
-                write(self.store, &pool_key, &claimed)?;
             }
         }
         Ok(())
+    }
+
+    /// Frees one of this node's blocks: its record, its affinity, its place in the pool.
+    fn free_block(&mut self, pool: &Pool, block_net: IpNet) -> Result<(), Error> {
+        self.store.delete(&block_key(block_net))?;
+        self.store
+            .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
+        let pool_key = pool_key(pool);
+        let mut claimed: BTreeSet<IpNet> = read(self.store, &pool_key)?.unwrap_or_default();
+        claimed.remove(&block_net);
+        write(self.store, &pool_key, &claimed)
+    }
+
+    /// Releases everything of this call's node, a node that is gone: each attachment as
+    /// its DEL would (sticky addresses kept for their pods), then each of its blocks at
+    /// once, without the grace. A block that still holds addresses (another node's pod
+    /// borrowed one, or one is kept for a sticky pod) cannot be freed; it is handed to
+    /// `heir`, the live node the operator runs on, whose own grace rule frees it once
+    /// it is empty.
+    fn release_node(&mut self, heir: &str) -> Result<ReleaseReport, Error> {
+        let mut report = ReleaseReport::default();
+        let prefix = format!("own/{}/", self.node);
+        let attachments: Vec<(String, String)> = self
+            .store
+            .list(&prefix)
+            .into_iter()
+            .filter_map(|(key, _)| {
+                let (id, ifname) = key[prefix.len()..].split_once('/')?;
+                Some((id.to_string(), ifname.to_string()))
+            })
+            .collect();
+        for (id, ifname) in attachments {
+            for ip in self.release_attachment(&id, &ifname)? {
+                report.addresses.push(ReleasedAddress {
+                    address: ip.to_string(),
+                    container_id: id.clone(),
+                    ifname: ifname.clone(),
+                });
+            }
+        }
+        for pool in &self.conf.pools {
+            for block_net in self.my_blocks(pool) {
+                let key = block_key(block_net);
+                let Some(mut block) = read::<Block>(self.store, &key)? else {
+                    continue;
+                };
+                self.sweep(&mut block)?;
+                if block.ips.is_empty() {
+                    self.free_block(pool, block_net)?;
+                    report.blocks.push(block_net.to_string());
+                    continue;
+                }
+                let kept = block
+                    .ips
+                    .values()
+                    .filter(|h| h.held_until.is_some())
+                    .count();
+                report.notes.push(format!(
+                    "block {block_net} is handed to node {heir}, not freed: it holds {} address(es) of other nodes' pods and {kept} kept for sticky pods; {heir} frees it once it is empty",
+                    block.ips.len() - kept,
+                ));
+                block.node = heir.to_string();
+                write(self.store, &key, &block)?;
+                self.store
+                    .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
+                self.store
+                    .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -573,6 +656,49 @@ impl IpamModule for ClusterPool {
             call.release(&id, &ifname)?;
         }
         call.free_idle_blocks()
+    }
+
+    /// Releases everything of `node`, a node removed from the cluster: its attachments
+    /// and its blocks (see `Call::release_node`). A dry run runs the same code over a
+    /// [`Staged`] store and keeps nothing it wrote.
+    fn release_node(
+        context: &Context,
+        node: &str,
+        dry_run: bool,
+        store: &mut impl Store,
+    ) -> Result<ReleaseReport, Error> {
+        let conf = context
+            .ipam::<Ipam>()?
+            .ok_or_else(|| {
+                Error::invalid_config(
+                    "no configuration is recorded for the network: pass the operator its netconf",
+                )
+            })
+            .and_then(Conf::from_ipam)?;
+        if node == context.node_name() {
+            return Err(Error::invalid_config(format!(
+                "node {node} cannot release itself: run release-node on a live node"
+            )));
+        }
+        let now = context.now().seconds;
+        let heir = context.node_name();
+        if dry_run {
+            let mut staged = Staged::over(&*store);
+            return Call {
+                store: &mut staged,
+                conf: &conf,
+                node,
+                now,
+            }
+            .release_node(heir);
+        }
+        Call {
+            store,
+            conf: &conf,
+            node,
+            now,
+        }
+        .release_node(heir)
     }
 
     /// Every attachment in the cluster, with the node it runs on.

@@ -219,3 +219,143 @@ fn a_full_pool_says_so_and_pools_count_blocks() {
     assert_eq!(in_use, 26);
     assert_eq!(rows.last().unwrap().free, Some(0), "{:?}", rows.last());
 }
+
+/// The operator's context, on live node `on`, at `now`.
+fn operator(conf: &serde_json::Value, on: &str, now: u64) -> Context {
+    Context::for_test("pods", Some(conf.clone()))
+        .with_node_name(on)
+        .with_now(now)
+}
+
+fn holders(store: &MemoryStore, conf: &serde_json::Value) -> Vec<(String, String)> {
+    ClusterPool::allocations(&Context::for_test("pods", Some(conf.clone())), store)
+        .unwrap()
+        .into_iter()
+        .map(|a| (a.container_id, a.address))
+        .collect()
+}
+
+#[test]
+fn release_node_frees_a_gone_nodes_addresses_and_blocks_at_once_and_leaves_the_others() {
+    let conf = config(json!({}));
+    let mut store = MemoryStore::default();
+    let a = add(&mut store, "a", "a1", 1, &conf);
+    let c1 = add(&mut store, "c", "c1", 1, &conf);
+    let c2 = add(&mut store, "c", "c2", 1, &conf);
+    let gone = block_of(&c1);
+    let before = store.clone();
+
+    // A dry run answers what would go and writes nothing.
+    let dry = ClusterPool::release_node(&operator(&conf, "a", 5), "c", true, &mut store).unwrap();
+    assert_eq!(store, before, "a dry run wrote nothing");
+    let real = ClusterPool::release_node(&operator(&conf, "a", 5), "c", false, &mut store).unwrap();
+    assert_eq!(dry, real, "the dry run said what the real one did");
+
+    let bare = |cidr: &str| cidr.split('/').next().unwrap().to_string();
+    let released: Vec<(&str, &str)> = real
+        .addresses
+        .iter()
+        .map(|r| (r.container_id.as_str(), r.address.as_str()))
+        .collect();
+    let (c1, c2) = (bare(&c1), bare(&c2));
+    assert_eq!(released, [("c1", c1.as_str()), ("c2", c2.as_str())]);
+    assert_eq!(
+        real.blocks,
+        std::slice::from_ref(&gone),
+        "freed without the grace"
+    );
+    assert!(real.notes.is_empty(), "{:?}", real.notes);
+    assert_eq!(owner(&store, &gone), None);
+    assert!(store.list("aff/c/").is_empty() && store.list("own/c/").is_empty());
+    assert_eq!(holders(&store, &conf), [("a1".to_string(), bare(&a))]);
+    assert_eq!(owner(&store, &block_of(&a)).as_deref(), Some("a"));
+
+    // Released again: nothing left, not an error.
+    let again =
+        ClusterPool::release_node(&operator(&conf, "a", 6), "c", false, &mut store).unwrap();
+    assert!(again.addresses.is_empty() && again.blocks.is_empty());
+}
+
+#[test]
+fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node() {
+    let conf = config(json!({"stickySeconds": 300}));
+    let mut store = MemoryStore::default();
+    let c = add(&mut store, "c", "c1", 1, &conf);
+    let block = block_of(&c);
+    // Node b's pod borrowed an address of c's block.
+    let IpAddr::V4(network) = block.parse::<IpNet>().unwrap().network() else {
+        unreachable!("an IPv4 pool")
+    };
+    let wanted = std::net::Ipv4Addr::from(u32::from(network) + 5).to_string();
+    let borrowed = ClusterPool::add(
+        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", &wanted)]),
+        &mut store,
+    )
+    .unwrap();
+    assert_eq!(block_of(&borrowed.ips[0].address), block);
+    // A sticky pod of c's, deleted: its address is kept for it.
+    let pod = [("K8S_POD_NAMESPACE", "db"), ("K8S_POD_NAME", "db-0")];
+    let sticky = ClusterPool::add(
+        &call(Command::Add, "c", "c2", 1, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    ClusterPool::del(
+        &call(Command::Del, "c", "c2", 2, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+
+    let report =
+        ClusterPool::release_node(&operator(&conf, "a", 10), "c", false, &mut store).unwrap();
+    assert!(report.blocks.is_empty(), "{report:?}");
+    assert_eq!(report.addresses.len(), 1, "c1 only: c2 was deleted already");
+    assert!(
+        report.notes[0].contains(&format!("block {block} is handed to node a"))
+            && report.notes[0].contains("1 address(es) of other nodes' pods and 1 kept"),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(owner(&store, &block).as_deref(), Some("a"));
+    assert!(store.get(&format!("aff/a/{block}")).is_some());
+    assert!(store.list("aff/c/").is_empty());
+    // b's pod keeps its address; the sticky pod gets its own back, on node b.
+    assert!(holders(&store, &conf).contains(&("b1".to_string(), wanted)));
+    let back = ClusterPool::add(
+        &call(Command::Add, "b", "c3", 20, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    assert_eq!(back.ips, sticky.ips);
+    // Once empty (the sticky pod's retention over too), the block goes by its new
+    // node's grace rule.
+    del(&mut store, "b", "b1", 30, &conf);
+    ClusterPool::del(
+        &call(Command::Del, "b", "c3", 30, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    del(&mut store, "a", "nothing", 400, &conf);
+    assert_eq!(
+        owner(&store, &block).as_deref(),
+        Some("a"),
+        "within the grace"
+    );
+    del(&mut store, "a", "nothing", 460, &conf);
+    assert_eq!(owner(&store, &block), None);
+}
+
+#[test]
+fn release_node_refuses_the_node_it_runs_on_and_a_network_without_configuration() {
+    let conf = config(json!({}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "a", "a1", 1, &conf);
+    let err =
+        ClusterPool::release_node(&operator(&conf, "a", 5), "a", false, &mut store).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+    assert!(err.msg.contains("cannot release itself"), "{}", err.msg);
+    let bare = Context::for_test("pods", None).with_node_name("b");
+    let err = ClusterPool::release_node(&bare, "a", false, &mut store).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+    assert_eq!(holders(&store, &conf).len(), 1);
+}

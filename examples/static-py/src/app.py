@@ -1,15 +1,16 @@
-"""The component's exports: `cni:ipam@0.2.0`'s handler, inspect and migrate, over
-the pure functions of `static_ipam`.
+"""The component's exports: `cni:ipam@0.2.1`'s handler, inspect, migrate and nodes,
+over the pure functions of `static_ipam`.
 
 static keeps no state, so this module never touches the store: DEL, GC and STATUS
 succeed with nothing to do, and `inspect` answers honestly that nothing is allocated
 (`wasm-ipam list` shows no addresses, `stats` no pools). There is nothing to take
-over from another plugin, so `migrate` refuses every format.
+over from another plugin, so `migrate` refuses every format, and nothing is kept per
+node, so `nodes` has nothing to release.
 """
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports import inspect, migrate
+from wit_world.exports import inspect, migrate, nodes
 from wit_world.imports import types
 
 import static_ipam
@@ -96,6 +97,19 @@ class Migrate(exports.Migrate):
             types.Error(
                 code=NOT_IMPLEMENTED,
                 msg=f"static keeps no state: nothing to import from {format!r}",
+                details="",
+            )
+        )
+
+
+class Nodes(exports.Nodes):
+    def release_node(
+        self, context: nodes.Context, node: str, dry_run: bool
+    ) -> nodes.ReleaseReport:
+        raise Err(
+            types.Error(
+                code=NOT_IMPLEMENTED,
+                msg=f"static keeps nothing per node: nothing to release for node {node!r}",
                 details="",
             )
         )

@@ -8,60 +8,105 @@ use crate::module::wasi::Link;
 use wasmtime::Engine;
 use wasmtime::component::{Component, HasSelf, types::ComponentItem};
 
-/// A version of the `cni:ipam` contract the host runs (docs/wit-versions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A version of the `cni:ipam` contract the host runs (docs/wit-versions.md). The
+/// patch versions of one 0.x line only add optional exports, so the host runs every
+/// 0.2.x up to its own with one set of bindings: wasmtime looks an export or import
+/// up by its semver-compatible name (`…@0.2`), whichever 0.2.x the module names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Contract {
     V0_1,
-    V0_2,
+    V0_2 { patch: u32 },
 }
 
 impl Contract {
-    /// Newest first: a module exporting both handlers is run as the newer.
-    pub const RUN: [Contract; 2] = [Contract::V0_2, Contract::V0_1];
+    /// `wit/ipam.wit`: what the host's bindings, the SDK and the examples are built from.
+    pub const CURRENT: Contract = Contract::V0_2 { patch: 1 };
 
-    pub fn version(self) -> &'static str {
+    pub fn version(self) -> String {
         match self {
-            Contract::V0_1 => "0.1.0",
-            Contract::V0_2 => "0.2.0",
+            Contract::V0_1 => "0.1.0".into(),
+            Contract::V0_2 { patch } => format!("0.2.{patch}"),
         }
     }
 
-    /// `cni:ipam@0.2.0`.
+    /// `cni:ipam@0.2.1`.
     pub fn name(self) -> String {
         format!("cni:ipam@{}", self.version())
     }
 
-    pub fn export(self, interface: &str) -> String {
-        format!("cni:ipam/{interface}@{}", self.version())
+    /// The line a version belongs to: interfaces of one line link to one
+    /// implementation.
+    fn line(self) -> &'static str {
+        match self {
+            Contract::V0_1 => "0.1",
+            Contract::V0_2 { .. } => "0.2",
+        }
+    }
+
+    /// The contract `version` names, if the host runs it: 0.1.0, or 0.2.0 up to
+    /// [`Contract::CURRENT`] (a newer patch may export what this host cannot call).
+    fn parse(version: &str) -> Option<Contract> {
+        let Contract::V0_2 { patch: newest } = Contract::CURRENT else {
+            unreachable!("the current contract is on the 0.2 line")
+        };
+        match version.split('.').collect::<Vec<_>>()[..] {
+            ["0", "1", "0"] => Some(Contract::V0_1),
+            ["0", "2", patch] => patch
+                .parse::<u32>()
+                .ok()
+                .filter(|p| *p <= newest && patch == p.to_string())
+                .map(|patch| Contract::V0_2 { patch }),
+            _ => None,
+        }
+    }
+
+    /// The interface and contract a `cni:ipam` import or export is named by
+    /// (`cni:ipam/store@0.2.0` → `store`, 0.2.0), if the host runs that contract.
+    pub fn of_name(name: &str) -> Option<(&str, Contract)> {
+        let (interface, version) = name.strip_prefix("cni:ipam/")?.split_once('@')?;
+        Some((interface, Contract::parse(version)?))
     }
 }
 
-/// The `cni:ipam` interfaces a module may import, by full name, with how to link each
-/// (0.1.0's are forwarded to 0.2.0's implementations, `module/host/v0_1.rs`). Besides
-/// these and `types` (types only, nothing to link), it may import WASI 0.2 (linked
-/// with no capabilities; see [`crate::module::wasi`]), which Rust's std for
+/// The `cni:ipam` interfaces a module may import, with the contract line each belongs
+/// to and how it is linked: once per line, whichever patch versions of it a module
+/// imports (0.1.0's are forwarded to 0.2's implementations, `module/host/v0_1.rs`).
+/// Besides these and `types` (types only, nothing to link), it may import WASI 0.2
+/// (linked with no capabilities; see [`crate::module::wasi`]), which Rust's std for
 /// wasm32-wasip2 imports as soon as a module formats or panics.
-pub const CNI_INTERFACES: &[(&str, Link)] = &[
-    ("cni:ipam/store@0.2.0", |l| {
+pub const CNI_INTERFACES: &[(&str, &str, Link)] = &[
+    ("store", "0.2", |l| {
         bindings::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
     }),
-    ("cni:ipam/deadline@0.2.0", |l| {
+    ("deadline", "0.2", |l| {
         bindings::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
     }),
-    ("cni:ipam/log@0.2.0", |l| {
+    ("log", "0.2", |l| {
         bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
     }),
-    ("cni:ipam/store@0.1.0", |l| {
+    ("store", "0.1", |l| {
         v0_1::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
     }),
-    ("cni:ipam/deadline@0.1.0", |l| {
+    ("deadline", "0.1", |l| {
         v0_1::deadline::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.deadline)
     }),
-    ("cni:ipam/log@0.1.0", |l| {
+    ("log", "0.1", |l| {
         v0_1::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
     }),
 ];
-const CNI_TYPES: &[&str] = &["cni:ipam/types@0.2.0", "cni:ipam/types@0.1.0"];
+
+/// The `cni:ipam` import `name` (`cni:ipam/store@0.2.0`), if the host provides it:
+/// the entry of [`CNI_INTERFACES`] that links it, or `None` inside for `types`.
+pub fn cni_import(name: &str) -> Option<Option<&'static (&'static str, &'static str, Link)>> {
+    let (interface, contract) = Contract::of_name(name)?;
+    if interface == "types" {
+        return Some(None);
+    }
+    CNI_INTERFACES
+        .iter()
+        .find(|(i, line, _)| *i == interface && *line == contract.line())
+        .map(Some)
+}
 
 /// What a component imports and exports, and whether the host can run it: everything
 /// `wasm-ipam inspect` shows, and what [`ModuleHost::load`] refuses a module for.
@@ -70,10 +115,12 @@ pub struct Interfaces {
     /// Each import, with whether the host provides it.
     pub imports: Vec<(String, bool)>,
     pub exports: Vec<String>,
-    /// The contract whose handler it exports, newest first.
+    /// The newest contract whose handler it exports.
     pub contract: Option<Contract>,
     pub inspect: bool,
     pub migrate: bool,
+    /// `nodes` (since 0.2.1), for `release-node`.
+    pub nodes: bool,
 }
 
 impl Interfaces {
@@ -85,20 +132,30 @@ impl Interfaces {
                 let instance = matches!(item.ty, ComponentItem::ComponentInstance(_));
                 let provided = instance
                     && (crate::module::wasi::interface(name).is_some()
-                        || CNI_INTERFACES.iter().any(|(n, _)| *n == name)
-                        || CNI_TYPES.contains(&name));
+                        || cni_import(name).is_some());
                 (name.to_string(), provided)
             })
             .collect();
         let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
-        let exported = |name: String| exports.contains(&name);
-        let contract = Contract::RUN
-            .into_iter()
-            .find(|c| exported(c.export("handler")));
+        let exported: Vec<(&str, Contract)> = exports
+            .iter()
+            .filter_map(|n| Contract::of_name(n))
+            .collect();
+        // Optional exports are 0.2's: found at any 0.2.x, as the bindings look them up.
+        let on_0_2 = |interface: &str| {
+            exported
+                .iter()
+                .any(|(i, c)| *i == interface && matches!(c, Contract::V0_2 { .. }))
+        };
         Interfaces {
-            contract,
-            inspect: exported(Contract::V0_2.export("inspect")),
-            migrate: exported(Contract::V0_2.export("migrate")),
+            contract: exported
+                .iter()
+                .filter(|(i, _)| *i == "handler")
+                .map(|(_, c)| *c)
+                .max(),
+            inspect: on_0_2("inspect"),
+            migrate: on_0_2("migrate"),
+            nodes: on_0_2("nodes"),
             imports,
             exports,
         }
@@ -112,15 +169,23 @@ impl Interfaces {
             .filter(|(_, provided)| !provided)
             .map(|(name, _)| name.as_str())
             .collect();
+        let current = Contract::CURRENT.version();
         if !missing.is_empty() {
             return Some((
-                format!("imports what the host does not provide: {}", missing.join(", ")),
-                "the host provides cni:ipam/{store,deadline,log} at 0.2.0 and 0.1.0, and WASI 0.2 with no capabilities".into(),
+                format!(
+                    "imports what the host does not provide: {}",
+                    missing.join(", ")
+                ),
+                format!(
+                    "the host provides cni:ipam/{{store,deadline,log}} at 0.2.0 to {current} and 0.1.0, and WASI 0.2 with no capabilities"
+                ),
             ));
         }
         if self.contract.is_none() {
             return Some((
-                "does not export cni:ipam/handler@0.2.0 (or @0.1.0)".into(),
+                format!(
+                    "does not export a cni:ipam/handler the host runs (0.2.0 to {current}, or 0.1.0)"
+                ),
                 format!("it exports: {}", self.exports.join(", ")),
             ));
         }

@@ -14,13 +14,14 @@
 use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
-use crate::module::bindings::{handler, inspect, migrate, types, v0_1};
+use crate::module::bindings::{handler, inspect, migrate, nodes, types, v0_1};
 use crate::module::cache::ModuleCache;
-use crate::module::contract::{CNI_INTERFACES, Contract, Interfaces, v0_1_convert};
+use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
 use crate::module::engine::{engine, engine_error};
 use crate::module::file::ModuleFile;
 use crate::module::host::GuestState;
 use crate::module::trap::{deadline_error, trap_error};
+use crate::module::wasi::Link;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,7 @@ pub struct LoadedModule {
     handler: Handler,
     inspect: Option<inspect::GuestIndices>,
     migrate: Option<migrate::GuestIndices>,
+    nodes: Option<nodes::GuestIndices>,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -63,25 +65,31 @@ impl LoadedModule {
     pub fn exports_migrate(&self) -> bool {
         self.migrate.is_some()
     }
+    pub fn exports_nodes(&self) -> bool {
+        self.nodes.is_some()
+    }
 
     /// Why the module cannot be asked `work`: it lacks the export. Checked before the
     /// lock, so nothing waits for a question the module cannot answer.
     pub fn refusal(&self, work: &Work) -> Option<CniError> {
-        let (exported, interface) = match work {
+        let (exported, interface, since) = match work {
             Work::Handle(..) => return None,
-            Work::Allocations(_) | Work::Pools(_) => (self.exports_inspect(), "inspect"),
-            Work::Import(_) => (self.exports_migrate(), "migrate"),
+            Work::Allocations(_) | Work::Pools(_) => (self.exports_inspect(), "inspect", "0.2.0"),
+            Work::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
+            Work::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
         };
         (!exported).then(|| {
             CniError::new(
                 code::MODULE_REJECTED,
                 format!(
-                    "module {} does not export {interface} (cni:ipam/{interface}@0.2.0; it targets {})",
+                    "module {} does not export {interface} (cni:ipam/{interface}@{since}; it targets {})",
                     self.path.display(),
                     self.contract.name()
                 ),
             )
-            .with_details("rebuild the module against cni:ipam@0.2.0 (docs/wit-versions.md)")
+            .with_details(format!(
+                "rebuild the module against cni:ipam@{since} or later, implementing it (docs/wit-versions.md)"
+            ))
         })
     }
 }
@@ -107,6 +115,16 @@ pub enum Work {
     Pools(inspect::Context),
     /// `migrate.import-state`.
     Import(Import),
+    /// `nodes.release-node`.
+    ReleaseNode(ReleaseNode),
+}
+
+#[derive(Clone)]
+pub struct ReleaseNode {
+    pub context: nodes::Context,
+    /// The node to release.
+    pub node: String,
+    pub dry_run: bool,
 }
 
 #[derive(Clone)]
@@ -125,6 +143,7 @@ pub enum Answer {
     Allocations(Vec<inspect::Allocation>),
     Pools(Vec<inspect::Pool>),
     Imported(migrate::ImportReport),
+    Released(nodes::ReleaseReport),
 }
 
 /// What a guest call left behind, whether it succeeded or not.
@@ -150,24 +169,21 @@ impl ModuleHost {
         Ok(ModuleHost { engine: engine()? })
     }
 
-    /// A linker with the interfaces the module imports (each linked once, whatever
-    /// 0.2.x versions of a WASI interface it imports).
+    /// A linker with the interfaces the module imports, each linked once whatever
+    /// versions of it the module imports (0.2.x of a WASI interface, 0.2.x of a
+    /// `cni:ipam` one: wasmtime finds a definition by its semver-compatible name).
     fn linker(&self, interfaces: &Interfaces) -> Result<Linker<GuestState>, CniError> {
         let mut linker = Linker::new(&self.engine);
-        let mut wasi = Vec::new();
+        let mut linked: Vec<*const Link> = Vec::new();
         for (name, _) in &interfaces.imports {
             let link = match crate::module::wasi::interface(name) {
-                Some((interface, link)) if !wasi.contains(interface) => {
-                    wasi.push(*interface);
-                    Some(link)
-                }
-                Some(_) => None,
-                None => CNI_INTERFACES
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, link)| link),
+                Some((_, link)) => Some(link),
+                None => cni_import(name).flatten().map(|(_, _, link)| link),
             };
-            if let Some(link) = link {
+            if let Some(link) = link
+                && !linked.contains(&(link as *const Link))
+            {
+                linked.push(link);
                 link(&mut linker).map_err(engine_error)?;
             }
         }
@@ -241,25 +257,35 @@ impl ModuleHost {
             .linker(interfaces)?
             .instantiate_pre(&compiled.component)
             .map_err(|e| rejected("cannot be linked", e))?;
-        let handler_export = format!("does not export {}", contract.export("handler"));
+        let handler_export = format!("does not export cni:ipam/handler@{}", contract.version());
         let handler = match contract {
             Contract::V0_1 => Handler::V0_1(
                 v0_1::handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
             ),
-            Contract::V0_2 => Handler::V0_2(
+            Contract::V0_2 { .. } => Handler::V0_2(
                 handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
             ),
         };
+        // Generated from the current contract, the indices find a 0.2.x export by its
+        // semver-compatible name, so one set serves every 0.2 patch version.
+        let without =
+            |interface: &str| format!("exports cni:ipam/{interface} without its functions");
         let inspect = match interfaces.inspect {
-            true => Some(inspect::GuestIndices::new(&pre).map_err(|e| {
-                rejected("exports cni:ipam/inspect@0.2.0 without its functions", e)
-            })?),
+            true => Some(
+                inspect::GuestIndices::new(&pre).map_err(|e| rejected(&without("inspect"), e))?,
+            ),
             false => None,
         };
         let migrate = match interfaces.migrate {
-            true => Some(migrate::GuestIndices::new(&pre).map_err(|e| {
-                rejected("exports cni:ipam/migrate@0.2.0 without its functions", e)
-            })?),
+            true => Some(
+                migrate::GuestIndices::new(&pre).map_err(|e| rejected(&without("migrate"), e))?,
+            ),
+            false => None,
+        };
+        let nodes = match interfaces.nodes {
+            true => {
+                Some(nodes::GuestIndices::new(&pre).map_err(|e| rejected(&without("nodes"), e))?)
+            }
             false => None,
         };
         Ok(LoadedModule {
@@ -267,6 +293,7 @@ impl ModuleHost {
             handler,
             inspect,
             migrate,
+            nodes,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -401,6 +428,20 @@ async fn ask(
                 )
                 .await?
                 .map(Answer::Imported)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::ReleaseNode(release) => match &module.nodes {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_release_node(
+                    &mut *store,
+                    &release.context,
+                    &release.node,
+                    release.dry_run,
+                )
+                .await?
+                .map(Answer::Released)
                 .map_err(module_error),
             None => unreachable!("refused above"),
         },

@@ -10,7 +10,7 @@
 use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
 use crate::lock;
-use crate::module::bindings::{inspect, types};
+use crate::module::bindings::{inspect, nodes, types};
 use crate::module::instance::{Answer, Work};
 use crate::pipeline::{self, Label, Network, Session};
 use crate::store::{self, Records, ServedBy};
@@ -141,6 +141,23 @@ impl Asked {
                 seconds: now.as_secs(),
                 nanoseconds: now.subsec_nanos(),
             },
+        }
+    }
+
+    /// What `release-node` tells the module: inspect's facts (the pipeline stamps
+    /// `now` with the grant).
+    pub fn nodes_context(&self) -> nodes::Context {
+        let inspect::Context {
+            network_name,
+            config,
+            node_name,
+            now,
+        } = self.context();
+        nodes::Context {
+            network_name,
+            config,
+            node_name,
+            now,
         }
     }
 

@@ -1,5 +1,5 @@
 //! Operator commands (`wasm-ipam list`, `stats`, `store check/backup/restore`,
-//! `import-host-local`). They take the
+//! `import-host-local`, `gc`, `release-node`, ...). They take the
 //! same host-wide lock as CNI calls, so they see and write a consistent store.
 
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
@@ -11,7 +11,7 @@ use crate::module::instance::ModuleHost;
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
-use crate::operator::{describe, gc, import, inventory, metrics};
+use crate::operator::{describe, gc, import, inventory, metrics, release_node};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
@@ -197,6 +197,29 @@ enum Operation {
     /// not (runtime, store or module error), having released nothing the runtime did
     /// not confirm gone.
     Gc(GcArgs),
+    /// Release everything a node removed from the cluster held in a network whose
+    /// store nodes share (etcd): its addresses and its blocks, through the network's
+    /// module (its `nodes` export). Refused for a node that committed a call within
+    /// --window, unless --force; see docs/cluster.md, "A node removed from the
+    /// cluster". Exits non-zero when refused or when it fails, having released nothing.
+    ReleaseNode {
+        /// The node's name, as its calls gave it (`ipam.nodeName`, else its hostname).
+        node: String,
+        /// The network's configuration (or conflist): its module and its store.
+        #[arg(long)]
+        netconf: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Refuse a node that committed a call more recently than this.
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        window: Duration,
+        /// Release it whenever it last called.
+        #[arg(long)]
+        force: bool,
+        /// Print what would be released; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses: the module serving the network (its `migrate` export)
     /// takes them over.
@@ -525,6 +548,30 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
         }
         Operation::Store { action } => store_action(action).map(Output::from),
         Operation::Gc(args) => gc(args),
+        Operation::ReleaseNode {
+            node,
+            netconf,
+            store,
+            window,
+            force,
+            dry_run,
+        } => {
+            let place = store.place()?;
+            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
+            let asked = Asked::new(&network, served_by, &place)?;
+            let options = release_node::Options {
+                window,
+                force,
+                dry_run,
+            };
+            let mut notes = Vec::new();
+            let report = release_node::release_node(&asked, &node, &options, &mut notes)?;
+            Ok(Output {
+                text: release_node::text(&network, &node, &report, dry_run),
+                notes,
+                failed: false,
+            })
+        }
         Operation::ImportHostLocal {
             data_dir,
             network,

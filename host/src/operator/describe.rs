@@ -18,10 +18,11 @@ pub struct Description {
     pub module: String,
     pub sha256: String,
     pub size: u64,
-    /// `cni:ipam@0.2.0`, if the module exports a handler of a version the host runs.
+    /// `cni:ipam@0.2.1`, if the module exports a handler of a version the host runs.
     pub contract: Option<String>,
     pub exports_inspect: bool,
     pub exports_migrate: bool,
+    pub exports_nodes: bool,
     pub imports: Vec<Import>,
     pub exports: Vec<String>,
     pub accepted: bool,
@@ -63,6 +64,7 @@ pub fn describe(
         contract: None,
         exports_inspect: false,
         exports_migrate: false,
+        exports_nodes: false,
         imports: Vec::new(),
         exports: Vec::new(),
         accepted: false,
@@ -91,6 +93,7 @@ pub fn describe(
     description.contract = interfaces.contract.map(|c| c.name());
     description.exports_inspect = interfaces.inspect;
     description.exports_migrate = interfaces.migrate;
+    description.exports_nodes = interfaces.nodes;
     description.imports = interfaces
         .imports
         .iter()
@@ -128,6 +131,11 @@ impl Description {
             out,
             "migrate   {} (wasm-ipam import-host-local)",
             yes(self.exports_migrate)
+        );
+        let _ = writeln!(
+            out,
+            "nodes     {} (wasm-ipam release-node)",
+            yes(self.exports_nodes)
         );
         let _ = writeln!(out, "imports");
         for import in &self.imports {

@@ -293,6 +293,13 @@ impl Session<'_> {
         store.attachments(&self.network.name)
     }
 
+    /// When each node last committed to the network, as of this attempt's snapshot
+    /// ([`store::Store::last_commits`]).
+    pub fn last_commits(&self) -> Result<Vec<(String, Option<u64>)>, CniError> {
+        let store = self.store.as_ref().expect("the session holds its store");
+        store.last_commits(&self.network.name)
+    }
+
     /// Removes the network whole (its entries, usage and record) in one durable
     /// transaction of its own: `forget`'s, decided from what this session's module
     /// answered under the same hold of the lock.
@@ -381,6 +388,7 @@ fn stamp(work: &mut Work, deadline: Deadline) {
     match work {
         Work::Handle(request, _) => request.lock_granted_at = at,
         Work::Allocations(context) | Work::Pools(context) => context.now = at,
+        Work::ReleaseNode(release) => release.context.now = at,
         Work::Import(_) => {}
     }
 }

@@ -308,7 +308,7 @@ impl EtcdStore {
 
     /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
     /// is checked against the sum as of the snapshot, see docs/cluster.md).
-    fn usage_rows(&self, network: &str) -> Result<Vec<(String, Usage, i64)>, CniError> {
+    fn usage_rows(&self, network: &str) -> Result<Vec<(String, SignedUsage, i64)>, CniError> {
         let prefix = self.usage_prefix(network);
         let kvs = self.read("read usage", prefix.clone(), true)?;
         kvs.iter()
@@ -318,18 +318,24 @@ impl EtcdStore {
                     CniError::new(code::STORE_FAILURE, "etcd: unreadable usage row")
                         .with_details(format!("{node}: {e}"))
                 })?;
-                Ok((node, usage.into(), kv.mod_revision()))
+                Ok((node, usage, kv.mod_revision()))
             })
             .collect()
     }
 }
 
 /// One node's net change to a network's size; negative when it released more than
-/// it added. The network's usage is the sum over nodes.
+/// it added (a DEL of another node's entries, `release-node`). The network's usage is
+/// the sum over nodes. Written by each of the node's commits, so it also records when
+/// the node last committed (`last`, Unix seconds by the node's clock), for
+/// `release-node` to refuse a node that is still calling; rows written before it
+/// was recorded have none.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 struct SignedUsage {
     entries: i64,
     bytes: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    last: Option<u64>,
 }
 
 impl From<SignedUsage> for Usage {
@@ -341,18 +347,17 @@ impl From<SignedUsage> for Usage {
     }
 }
 
-fn sum(rows: &[(String, Usage, i64)], own: &str) -> (SignedUsage, SignedUsage, i64) {
+/// The network's usage (summed with each row's sign: a row is clamped only in the
+/// total), `own`'s row and its revision.
+fn sum(rows: &[(String, SignedUsage, i64)], own: &str) -> (SignedUsage, SignedUsage, i64) {
     let mut total = SignedUsage::default();
     let mut mine = SignedUsage::default();
     let mut revision = 0;
     for (node, usage, rev) in rows {
-        total.entries += usage.entries as i64;
-        total.bytes += usage.bytes as i64;
+        total.entries += usage.entries;
+        total.bytes += usage.bytes;
         if node == own {
-            mine = SignedUsage {
-                entries: usage.entries as i64,
-                bytes: usage.bytes as i64,
-            };
+            mine = *usage;
             revision = *rev;
         }
     }
@@ -367,6 +372,13 @@ impl Drop for EtcdStore {
             runtime.shutdown_background();
         }
     }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
 }
 
 /// A network name as it appears in a key: `%` and `/` escaped, so no name reaches
@@ -518,6 +530,7 @@ impl Store for EtcdStore {
         let after = SignedUsage {
             entries: total.entries + delta.entries,
             bytes: total.bytes + delta.bytes,
+            last: None,
         };
         check_quota(network, total.into(), after.into(), quota)?;
 
@@ -553,6 +566,7 @@ impl Store for EtcdStore {
         let mine = SignedUsage {
             entries: mine.entries + delta.entries,
             bytes: mine.bytes + delta.bytes,
+            last: Some(unix_now()),
         };
         ops.push(TxnOp::put(
             own_key,
@@ -606,6 +620,14 @@ impl Store for EtcdStore {
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
         let rows = self.usage_rows(network)?;
         Ok(sum(&rows, "").0.into())
+    }
+
+    fn last_commits(&self, network: &str) -> Result<Vec<(String, Option<u64>)>, CniError> {
+        Ok(self
+            .usage_rows(network)?
+            .into_iter()
+            .map(|(node, usage, _)| (node, usage.last))
+            .collect())
     }
 
     fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
@@ -673,7 +695,28 @@ impl Store for EtcdStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, unescape};
+    use super::{SignedUsage, escape, sum, unescape};
+
+    #[test]
+    fn a_negative_row_counts_with_its_sign_and_old_rows_read_without_a_last_commit() {
+        let row = |entries, bytes| SignedUsage {
+            entries,
+            bytes,
+            last: Some(7),
+        };
+        // Node b deleted two of a's entries: its row is negative, and the sum exact.
+        let rows = [
+            ("a".to_string(), row(5, 50), 3),
+            ("b".to_string(), row(-2, -20), 4),
+        ];
+        let (total, mine, revision) = sum(&rows, "b");
+        assert_eq!((total.entries, total.bytes), (3, 30));
+        assert_eq!((mine.entries, mine.bytes, revision), (-2, -20, 4));
+        let old: SignedUsage = serde_json::from_str(r#"{"entries":1,"bytes":9}"#).unwrap();
+        assert_eq!(old.last, None);
+        let text = serde_json::to_string(&row(1, 9)).unwrap();
+        assert_eq!(text, r#"{"entries":1,"bytes":9,"last":7}"#);
+    }
 
     #[test]
     fn network_names_escape_without_collisions_and_come_back() {

@@ -190,6 +190,16 @@ pub trait Store: Send {
     /// Every network's record, in network order (an unreadable one as its error).
     fn served_by(&self) -> Result<Records, CniError>;
 
+    /// When each node last committed to `network` (Unix seconds by that node's clock;
+    /// `None` for a node whose record predates it), for `release-node` to refuse a
+    /// node still calling. Only a store several nodes share keeps it; the embedded
+    /// store has one node and says so.
+    fn last_commits(&self, network: &str) -> Result<Vec<(String, Option<u64>)>, CniError> {
+        Err(CniError::config(format!(
+            "network {network}: its store is this node's own (embedded), so no other node's calls are recorded in it; releasing a node is for a store nodes share (etcd)"
+        )))
+    }
+
     /// Changes the host's attachment records of `network` with (and only with) this
     /// store's next commit to `network` that changes an entry. A store that keeps no
     /// such records (etcd: a module there records its own ages and nodes) ignores it.

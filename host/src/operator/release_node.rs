@@ -1,0 +1,201 @@
+//! `wasm-ipam release-node NODE --netconf FILE`: releases everything a node removed
+//! from the cluster held in a network whose store nodes share (etcd). Nobody else
+//! would: a gone node sends no DEL and no GC, and the other nodes collect only their
+//! own attachments, so its addresses and blocks would stay taken for good.
+//!
+//! - The host never edits a module's keys: the module releases through its `nodes`
+//!   export (cni:ipam@0.2.1), as its DELs and GC would, and the host commits its
+//!   writes like a call's, through the same locked pipeline.
+//! - A node that is not gone must not lose its addresses under running pods, so a
+//!   node that committed a call within `window` is refused (unless `--force`), read
+//!   from the store's record of each node's last commit in the same attempt as the
+//!   release. If the node commits meanwhile, the module's reads of its keys conflict
+//!   in the commit, the attempt runs again and sees that call.
+//! - An embedded store is one node's own: there is no other node to release.
+
+use crate::error::{CniError, code};
+use crate::module::bindings::nodes;
+use crate::module::instance::{Answer, ReleaseNode, Work};
+use crate::operator::ask::Asked;
+use crate::pipeline::Writes;
+use std::fmt::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// How recent a node's last committing call may be before it is refused: pods on a
+/// node that just failed may still be being rescheduled, and a partitioned node may
+/// come back.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+pub struct Options {
+    /// Refuse a node that committed a call within this.
+    pub window: Duration,
+    /// Release it whatever its last call.
+    pub force: bool,
+    /// Ask what would be released; change nothing.
+    pub dry_run: bool,
+}
+
+/// Releases `node` from `asked`'s network: what the module released (or, in a dry
+/// run, would release).
+pub fn release_node(
+    asked: &Asked,
+    node: &str,
+    options: &Options,
+    notes: &mut Vec<String>,
+) -> Result<nodes::ReleaseReport, CniError> {
+    if !asked.shared() {
+        return Err(CniError::config(format!(
+            "network {}: its store is this node's own (embedded), so there is no other node to release; release-node is for a store nodes share (etcd)",
+            asked.network
+        )));
+    }
+    let own = asked.node_name();
+    if node == own {
+        return Err(CniError::config(format!(
+            "node {node} is the node this command runs as (ipam.nodeName, else the hostname): run it on a live node of the cluster"
+        )));
+    }
+    let work = Work::ReleaseNode(ReleaseNode {
+        context: asked.nodes_context(),
+        node: node.to_string(),
+        dry_run: options.dry_run,
+    });
+    let writes = match options.dry_run {
+        true => Writes::ReadOnly,
+        false => Writes::Commit,
+    };
+    let report = asked.run("release-node", notes, |session| {
+        let now = session
+            .deadline()
+            .granted_wall()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        if !options.force
+            && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
+        {
+            return Err(refused);
+        }
+        match session.ask(work.clone(), writes)? {
+            Answer::Released(report) => Ok(report),
+            _ => Err(CniError::new(
+                code::INTERNAL_ERROR,
+                "the module answered release-node with something else (a bug)",
+            )),
+        }
+    })?;
+    if !options.dry_run {
+        tracing::info!(
+            target: "release-node",
+            network = %asked.network,
+            node,
+            addresses = report.addresses.len(),
+            blocks = report.blocks.len(),
+            "released a node that is gone"
+        );
+    }
+    Ok(report)
+}
+
+/// Why `node` may not be released now, from each node's last commit (Unix seconds):
+/// it committed within `window` of `now` (or later than `now`, by a clock ahead of
+/// this one), or its last commit is not recorded.
+fn refusal(
+    last_commits: &[(String, Option<u64>)],
+    node: &str,
+    now: u64,
+    window: Duration,
+) -> Option<CniError> {
+    let (_, last) = last_commits.iter().find(|(n, _)| n == node)?;
+    let window_text = humantime::format_duration(window);
+    let Some(last) = *last else {
+        return Some(CniError::config(format!(
+            "node {node}'s last call is not recorded (its record was written by a wasm-ipam that did not record it), so it may still be running; pass --force once it is surely gone"
+        )));
+    };
+    let ago = now.saturating_sub(last);
+    (last > now || ago < window.as_secs()).then(|| {
+        CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "node {node} committed a call {ago} s ago, within --window {window_text}: it may still be running pods; nothing was released (try again once it has been quiet that long, or pass --force once it is surely gone)"
+            ),
+        )
+    })
+}
+
+/// What `release-node` prints.
+pub fn text(network: &str, node: &str, report: &nodes::ReleaseReport, dry_run: bool) -> String {
+    let mut out = String::new();
+    let verb = if dry_run { "would release" } else { "released" };
+    let _ = writeln!(
+        out,
+        "network {network}, node {node}: {verb} {} address(es) and {} block(s)",
+        report.addresses.len(),
+        report.blocks.len()
+    );
+    for a in &report.addresses {
+        let _ = writeln!(
+            out,
+            "address {:<40} container {} ifname {}",
+            crate::operator::inventory::printable(&a.address),
+            crate::operator::inventory::printable(&a.container_id),
+            crate::operator::inventory::printable(&a.ifname)
+        );
+    }
+    for block in &report.blocks {
+        let _ = writeln!(
+            out,
+            "block   {}",
+            crate::operator::inventory::printable(block)
+        );
+    }
+    for note in &report.notes {
+        let _ = writeln!(
+            out,
+            "note    {}",
+            crate::operator::inventory::printable(note)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: Duration = Duration::from_secs(900);
+
+    fn rows(rows: &[(&str, Option<u64>)]) -> Vec<(String, Option<u64>)> {
+        rows.iter().map(|(n, l)| (n.to_string(), *l)).collect()
+    }
+
+    #[test]
+    fn a_node_quiet_for_the_window_may_go_and_one_that_called_within_it_may_not() {
+        let last = rows(&[("a", Some(9_990)), ("c", Some(9_000))]);
+        assert!(
+            refusal(&last, "c", 10_000, WINDOW).is_none(),
+            "quiet 1000 s"
+        );
+        let err = refusal(&last, "a", 10_000, WINDOW).unwrap();
+        assert_eq!(err.code, code::TRY_AGAIN_LATER);
+        assert!(
+            err.msg.contains("10 s ago, within --window 15m"),
+            "{}",
+            err.msg
+        );
+        // A clock ahead of ours: not quiet.
+        assert!(refusal(&last, "a", 9_000, WINDOW).is_some());
+        // No window at all: only a commit in the future stops it.
+        assert!(refusal(&last, "a", 10_000, Duration::ZERO).is_none());
+    }
+
+    #[test]
+    fn an_unrecorded_last_call_is_refused_and_a_node_with_no_record_has_nothing_to_wait_for() {
+        let last = rows(&[("old", None)]);
+        let err = refusal(&last, "old", 10_000, WINDOW).unwrap();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert!(err.msg.contains("--force"), "{}", err.msg);
+        assert!(refusal(&last, "never-committed", 10_000, WINDOW).is_none());
+    }
+}
