@@ -85,6 +85,10 @@ pub fn host_local_module() -> &'static Path {
                 "minimal",
                 "-p",
                 "legacy-v0-1",
+                "-p",
+                "legacy-v0-2",
+                "-p",
+                "cluster-pool",
                 "--target-dir",
             ])
             .arg(&target)
