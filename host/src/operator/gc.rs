@@ -141,12 +141,7 @@ fn reconcile(
     let mut leaks = asked.run("gc", notes, |session| {
         let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnly)?);
         let records = session.attachments()?;
-        let now = session
-            .deadline()
-            .granted_wall()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let now = session.granted_unix();
         let facts = Facts {
             held_before,
             live,

@@ -19,7 +19,7 @@ use crate::module::instance::{Answer, ReleaseNode, Work};
 use crate::operator::ask::Asked;
 use crate::pipeline::Writes;
 use std::fmt::Write;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 /// How recent a node's last committing call may be before it is refused: pods on a
 /// node that just failed may still be being rescheduled, and a partitioned node may
@@ -65,12 +65,7 @@ pub fn release_node(
         false => Writes::Commit,
     };
     let report = asked.run("release-node", notes, |session| {
-        let now = session
-            .deadline()
-            .granted_wall()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs();
+        let now = session.granted_unix();
         if !options.force
             && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
         {

@@ -234,9 +234,13 @@ pub struct Session<'a> {
 }
 
 impl Session<'_> {
-    /// The run's deadline, counted from the grant.
-    pub fn deadline(&self) -> Deadline {
+    /// When the lock was granted, in Unix seconds: "now" for what a run decides.
+    pub fn granted_unix(&self) -> u64 {
         self.deadline
+            .granted_wall()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
     }
 
     /// Asks the module `work` on a fresh instance. `work` is stamped with the grant
