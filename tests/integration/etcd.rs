@@ -234,6 +234,22 @@ fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Value)
     conf
 }
 
+/// `wasm-ipam list --json --netconf CONF_FILE EXTRA` on `node`'s lock and data dir.
+fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "list".into(),
+        "--json".into(),
+        "--netconf".into(),
+        conf_file.into(),
+        "--lock-file".into(),
+        node.lock_file().into(),
+        "--data-dir".into(),
+        node.data_dir().into(),
+    ];
+    args.extend(extra.iter().map(|a| a.into()));
+    operator_output(args)
+}
+
 fn write_conf(node: &Node, conf: &Value) -> PathBuf {
     let path = node.dir.path().join("net.conf");
     std::fs::write(&path, conf.to_string()).unwrap();
@@ -291,16 +307,7 @@ fn an_add_and_a_del_go_to_etcd_and_every_node_sees_them() {
 
     // The operators' view reads etcd through the module's inspect export.
     let conf_file = write_conf(&a, &conf_a);
-    let (ok, stdout, stderr) = operator_output([
-        "list".as_ref(),
-        "--json".as_ref(),
-        "--netconf".as_ref(),
-        conf_file.as_os_str(),
-        "--lock-file".as_ref(),
-        a.lock_file().as_os_str(),
-        "--data-dir".as_ref(),
-        a.data_dir().as_os_str(),
-    ]);
+    let (ok, stdout, stderr) = list_json(&a, &conf_file, &[]);
     assert!(ok, "{stderr}");
     assert!(
         stdout.contains("10.80.0.3") && stdout.contains("c2"),
@@ -800,32 +807,12 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
 
     // list reads the cluster through the module's inspect export, per node too.
     let conf_file = write_conf(&cluster[0], &confs[0]);
-    let (ok, stdout, stderr) = operator_output([
-        "list".as_ref(),
-        "--json".as_ref(),
-        "--netconf".as_ref(),
-        conf_file.as_os_str(),
-        "--lock-file".as_ref(),
-        cluster[0].lock_file().as_os_str(),
-        "--data-dir".as_ref(),
-        cluster[0].data_dir().as_os_str(),
-    ]);
+    let (ok, stdout, stderr) = list_json(&cluster[0], &conf_file, &[]);
     assert!(ok, "{stderr}");
     let listed: Value = serde_json::from_str(&stdout).unwrap();
     let rows = listed.as_array().unwrap();
     assert_eq!(rows.len(), 300, "{stdout:.400}");
-    let (ok, stdout, stderr) = operator_output([
-        "list".as_ref(),
-        "--json".as_ref(),
-        "--netconf".as_ref(),
-        conf_file.as_os_str(),
-        "--node".as_ref(),
-        "node-1".as_ref(),
-        "--lock-file".as_ref(),
-        cluster[0].lock_file().as_os_str(),
-        "--data-dir".as_ref(),
-        cluster[0].data_dir().as_os_str(),
-    ]);
+    let (ok, stdout, stderr) = list_json(&cluster[0], &conf_file, &["--node", "node-1"]);
     assert!(ok, "{stderr}");
     let on_node_1: Vec<Value> = serde_json::from_str(&stdout).unwrap();
     assert_eq!(on_node_1.len(), 100);
@@ -970,16 +957,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
 
     // Its addresses and block are gone; the others' are untouched.
     let conf_file = write_conf(a, &confs[0]);
-    let (ok, listed, stderr) = operator_output([
-        "list".as_ref(),
-        "--json".as_ref(),
-        "--netconf".as_ref(),
-        conf_file.as_os_str(),
-        "--lock-file".as_ref(),
-        a.lock_file().as_os_str(),
-        "--data-dir".as_ref(),
-        a.data_dir().as_os_str(),
-    ]);
+    let (ok, listed, stderr) = list_json(a, &conf_file, &[]);
     assert!(ok, "{stderr}");
     let mut rows: Vec<(String, String)> = serde_json::from_str::<Vec<Value>>(&listed)
         .unwrap()
