@@ -107,10 +107,7 @@ fn guest_request(invocation: &Invocation, conf: &NetConf, config: String) -> typ
         cni_version: conf.cni_version.clone(),
         config,
         prev_result: conf.prev_result.clone(),
-        lock_granted_at: types::WallInstant {
-            seconds: 0,
-            nanoseconds: 0,
-        },
+        lock_granted_at: pipeline::UNTIL_GRANTED,
         node_name: conf.ipam.node_name(),
     }
 }

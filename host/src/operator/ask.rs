@@ -15,7 +15,7 @@ use crate::module::instance::{Answer, Work};
 use crate::pipeline::{self, Label, Network, Session};
 use crate::store::{self, Records, ServedBy};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Where the store and the host-wide lock are, and how long to wait for the lock.
 #[derive(Debug, Clone)]
@@ -115,10 +115,7 @@ impl Asked {
             cni_version: conf.cni_version.clone(),
             config: conf.module_config()?,
             prev_result: None,
-            lock_granted_at: types::WallInstant {
-                seconds: 0,
-                nanoseconds: 0,
-            },
+            lock_granted_at: pipeline::UNTIL_GRANTED,
             node_name: self.node_name(),
         })
     }
@@ -128,19 +125,13 @@ impl Asked {
         self.settings.ipam.node_name()
     }
 
-    /// What `inspect` is told of the network.
+    /// What `inspect` is told of the network (the pipeline stamps `now` with the grant).
     pub fn context(&self) -> inspect::Context {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
         inspect::Context {
             network_name: self.network.clone(),
             config: self.served_by.config.clone(),
             node_name: self.node_name(),
-            now: types::WallInstant {
-                seconds: now.as_secs(),
-                nanoseconds: now.subsec_nanos(),
-            },
+            now: pipeline::UNTIL_GRANTED,
         }
     }
 

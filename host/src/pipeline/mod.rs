@@ -55,6 +55,13 @@ impl Network {
     }
 }
 
+/// Where a request or context says when the lock was granted, before the grant: the
+/// pipeline stamps every [`Work`] with the grant ([`stamp`]) before the module sees it.
+pub const UNTIL_GRANTED: types::WallInstant = types::WallInstant {
+    seconds: 0,
+    nanoseconds: 0,
+};
+
 /// Whether a run may change the store. A read-only run's module is refused every
 /// write (`read-only`), and nothing is committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,11 +243,7 @@ pub struct Session<'a> {
 impl Session<'_> {
     /// When the lock was granted, in Unix seconds: "now" for what a run decides.
     pub fn granted_unix(&self) -> u64 {
-        self.deadline
-            .granted_wall()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs()
+        since_epoch(self.deadline).as_secs()
     }
 
     /// Asks the module `work` on a fresh instance. `work` is stamped with the grant
@@ -379,12 +382,17 @@ fn attachment_change(work: &Work) -> Option<AttachmentChange> {
     }
 }
 
-/// Tells `work` when the lock was granted: the only time a module sees.
-fn stamp(work: &mut Work, deadline: Deadline) {
-    let granted = deadline
+/// The grant as time since the Unix epoch.
+fn since_epoch(deadline: Deadline) -> std::time::Duration {
+    deadline
         .granted_wall()
         .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Tells `work` when the lock was granted: the only time a module sees.
+fn stamp(work: &mut Work, deadline: Deadline) {
+    let granted = since_epoch(deadline);
     let at = types::WallInstant {
         seconds: granted.as_secs(),
         nanoseconds: granted.subsec_nanos(),
