@@ -657,10 +657,13 @@ fn leak_candidates(
         *counts.entry(leak.network.clone()).or_default() += 1;
     }
     // A network gc could not reconcile has no count, rather than a wrong zero.
-    for note in &outcome.notes {
-        counts.retain(|network, _| !note.starts_with(&format!("network {network}:")));
-        notes.push(format!("leak candidates: {note}"));
-    }
+    counts.retain(|network, _| !outcome.unreconciled.contains(network));
+    notes.extend(
+        outcome
+            .notes
+            .iter()
+            .map(|note| format!("leak candidates: {note}")),
+    );
     Ok((counts, notes))
 }
 
@@ -697,7 +700,7 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
     };
     let outcome = gc::gc(asked, &options)?;
     notes.extend(outcome.notes);
-    failed |= outcome.failed;
+    failed |= !outcome.unreconciled.is_empty();
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&outcome.leaks).expect("serialisable");
         text.push('\n');

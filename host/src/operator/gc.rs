@@ -60,16 +60,30 @@ pub struct Leak {
 }
 
 /// What `gc` did: the leaks found, per network in address order, and what it could
-/// not do (`failed`: some network could not be reconciled).
+/// not do: the networks it could not reconcile, each with a note saying why.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub leaks: Vec<Leak>,
     pub notes: Vec<String>,
-    pub failed: bool,
+    pub unreconciled: BTreeSet<String>,
 }
 
 /// An allocation as `gc` identifies it.
 type Held = BTreeSet<(String, String, IpAddr)>;
+
+/// The host's attachment records by container id: looked up for every allocation.
+type Records = BTreeMap<String, Vec<AttachmentRecord>>;
+
+fn by_container(records: Vec<AttachmentRecord>) -> Records {
+    let mut by_id = Records::new();
+    for record in records {
+        by_id
+            .entry(record.container_id.clone())
+            .or_default()
+            .push(record);
+    }
+    by_id
+}
 
 /// Reconciles each network with what `options.runtime` says is alive.
 pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> {
@@ -80,7 +94,7 @@ pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> 
             Ok(held) => before.push((asked, held)),
             Err(e) => {
                 out.notes.push(e.to_string());
-                out.failed = true;
+                out.unreconciled.insert(asked.network.clone());
             }
         }
     }
@@ -91,7 +105,7 @@ pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> 
             Ok(leaks) => out.leaks.extend(leaks),
             Err(e) => {
                 out.notes.push(e.to_string());
-                out.failed = true;
+                out.unreconciled.insert(asked.network.clone());
             }
         }
     }
@@ -140,7 +154,7 @@ fn reconcile(
     let request = asked.gc_request()?;
     let mut leaks = asked.run("gc", notes, |session| {
         let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnly)?);
-        let records = session.attachments()?;
+        let records = by_container(session.attachments()?);
         let now = session.granted_unix();
         let facts = Facts {
             held_before,
@@ -268,7 +282,8 @@ struct Facts<'a> {
     live: &'a BTreeSet<String>,
     /// Unix seconds when the runtime was asked.
     asked_at: u64,
-    records: &'a [AttachmentRecord],
+    /// The host's attachment records, by container id.
+    records: &'a Records,
     node: &'a str,
     /// The store is shared by nodes: only allocations the module says are this
     /// node's are candidates.
@@ -289,8 +304,9 @@ impl Facts<'_> {
 
     fn record(&self, a: &Allocation) -> Option<&AttachmentRecord> {
         self.records
+            .get(&a.container_id)?
             .iter()
-            .find(|r| r.container_id == a.container_id && r.ifname == a.ifname)
+            .find(|r| r.ifname == a.ifname)
     }
 
     /// The allocation's age, from the module's `since` or the host's record of its ADD.
@@ -398,11 +414,12 @@ mod tests {
 
         fn leaks(&self, now_held: &[Allocation], netns_alive: &[&str]) -> Vec<String> {
             let alive = |p: &str| netns_alive.contains(&p);
+            let records = by_container(self.records.clone());
             let facts = Facts {
                 held_before: &self.before,
                 live: &self.live,
                 asked_at: 10_000,
-                records: &self.records,
+                records: &records,
                 node: "node-a",
                 shared: self.shared,
                 grace: self.grace,
