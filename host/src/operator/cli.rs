@@ -129,15 +129,15 @@ enum Operation {
         #[arg(long)]
         prometheus: bool,
         /// Also count each network's leak candidates (what `wasm-ipam gc` would
-        /// release now, with the default grace), asking this CRI runtime.
+        /// release now, with --grace), asking this CRI runtime.
         #[arg(long)]
         runtime_endpoint: Option<String>,
         /// As --runtime-endpoint, from a file of live container ids (podman).
         #[arg(long, conflicts_with = "runtime_endpoint")]
         valid_from: Option<PathBuf>,
         /// The leak candidates' grace period, as `gc --grace`.
-        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-        grace: Duration,
+        #[arg(long, default_value_t = gc::DEFAULT_GRACE.into())]
+        grace: humantime::Duration,
     },
     /// Put wasm-ipam on this node (a node image's or a DaemonSet init container's
     /// step): the binary and its compiler into the CNI bin dir, the module into the
@@ -211,8 +211,8 @@ enum Operation {
         #[command(flatten)]
         store: StoreArgs,
         /// Refuse a node that committed a call more recently than this.
-        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-        window: Duration,
+        #[arg(long, default_value_t = release_node::DEFAULT_WINDOW.into())]
+        window: humantime::Duration,
         /// Release it whenever it last called.
         #[arg(long)]
         force: bool,
@@ -274,11 +274,11 @@ struct GcArgs {
     /// An allocation younger than this is never released: a pod being started is
     /// listed by its runtime only once its ADD has returned. `0s` only on a node where
     /// nothing is being started.
-    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-    grace: Duration,
+    #[arg(long, default_value_t = gc::DEFAULT_GRACE.into())]
+    grace: humantime::Duration,
     /// How long the runtime may take to answer.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
+    #[arg(long, default_value_t = gc::DEFAULT_TIMEOUT.into())]
+    timeout: humantime::Duration,
     /// Print the leaks; change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -440,13 +440,11 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let place = store.place()?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
-            let runtime = match (&valid_from, &runtime_endpoint) {
-                (Some(path), _) => Some(Runtime::File(path.clone())),
-                (None, Some(endpoint)) => Some(Runtime::cri(Some(endpoint))?),
-                (None, None) => None,
-            };
-            let leaks = match runtime {
-                Some(runtime) => Some(leak_candidates(&place, networks.clone(), runtime, grace)?),
+            // Only when the runtime is named: stats asks no runtime by default.
+            let leaks = match (valid_from.is_some() || runtime_endpoint.is_some())
+                .then(|| Runtime::chosen(valid_from.as_deref(), runtime_endpoint.as_deref()))
+            {
+                Some(runtime) => Some(leak_candidates(&place, networks.clone(), runtime?, *grace)?),
                 None => None,
             };
             let mut stats = inventory::network_stats(&place, networks, &mut notes);
@@ -560,7 +558,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
             let asked = Asked::new(&network, served_by, &place)?;
             let options = release_node::Options {
-                window,
+                window: *window,
                 force,
                 dry_run,
             };
@@ -669,10 +667,7 @@ fn leak_candidates(
 
 fn gc(args: GcArgs) -> Result<Output, CniError> {
     let place = args.store.place()?;
-    let runtime = match &args.valid_from {
-        Some(path) => Runtime::File(path.clone()),
-        None => Runtime::cri(args.runtime_endpoint.as_deref())?,
-    };
+    let runtime = Runtime::chosen(args.valid_from.as_deref(), args.runtime_endpoint.as_deref())?;
     let networks = match (&args.netconf, args.all_networks) {
         (Some(_), _) => inventory::networks(&place, None, args.netconf.as_deref())?,
         (None, true) => place.served()?,
@@ -693,8 +688,8 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
     let mut failed = !notes.is_empty();
     let options = gc::Options {
         runtime,
-        grace: args.grace,
-        timeout: args.timeout,
+        grace: *args.grace,
+        timeout: *args.timeout,
         dry_run: args.dry_run,
         allow_empty: args.allow_empty,
     };

@@ -29,6 +29,8 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// Calico's leak grace period, and the default here (`--grace`).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
 /// How long the runtime may take to answer, by default (`--timeout`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -61,6 +61,15 @@ impl Runtime {
         Ok(Runtime::Cri(PathBuf::from(socket_path(&endpoint))))
     }
 
+    /// What an operator named: the file of live ids (`--valid-from`) when given, else
+    /// the CRI runtime ([`Runtime::cri`]).
+    pub fn chosen(valid_from: Option<&Path>, endpoint: Option<&str>) -> Result<Runtime, CniError> {
+        match valid_from {
+            Some(path) => Ok(Runtime::File(path.to_path_buf())),
+            None => Runtime::cri(endpoint),
+        }
+    }
+
     /// The ids of every sandbox (or container) the runtime has, in any state.
     pub fn live(&self, timeout: Duration) -> Result<BTreeSet<String>, CniError> {
         match self {
