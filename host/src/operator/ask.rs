@@ -195,11 +195,11 @@ pub fn asked_all(place: &Place, networks: Records) -> (Vec<Asked>, Vec<String>) 
     let mut notes = Vec::new();
     for (network, served_by) in networks {
         match served_by
-            .map_err(|e| CniError::new(code::STORE_FAILURE, e))
+            .map_err(|e| CniError::new(code::STORE_FAILURE, format!("network {network}: {e}")))
             .and_then(|s| Asked::new(&network, s, place))
         {
             Ok(a) => asked.push(a),
-            Err(e) => notes.push(format!("network {network}: {e}")),
+            Err(e) => notes.push(e.to_string()),
         }
     }
     (asked, notes)

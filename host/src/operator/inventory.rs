@@ -6,7 +6,7 @@
 use crate::error::CniError;
 use crate::module::bindings::inspect;
 use crate::module::instance::{Answer, Work};
-use crate::operator::ask::{Asked, Place};
+use crate::operator::ask::{Asked, Place, asked_all};
 use crate::pipeline::Writes;
 use crate::store::Records;
 use serde::Serialize;
@@ -93,19 +93,12 @@ fn ask_each(
     work: impl Fn(&Asked) -> Work,
     notes: &mut Vec<String>,
 ) -> Vec<(String, Answer)> {
+    let (asked, unusable) = asked_all(place, networks);
+    notes.extend(unusable);
     let mut answers = Vec::new();
-    for (network, served_by) in networks {
-        let answer = served_by
-            .map_err(|e| {
-                CniError::new(
-                    crate::error::code::STORE_FAILURE,
-                    format!("network {network}: {e}"),
-                )
-            })
-            .and_then(|s| Asked::new(&network, s, place))
-            .and_then(|asked| asked.ask(command, work(&asked), Writes::ReadOnly, notes));
-        match answer {
-            Ok(answer) => answers.push((network, answer)),
+    for asked in asked {
+        match asked.ask(command, work(&asked), Writes::ReadOnly, notes) {
+            Ok(answer) => answers.push((asked.network, answer)),
             Err(e) => notes.push(e.to_string()),
         }
     }
