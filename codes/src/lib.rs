@@ -68,6 +68,10 @@ pub const STORE_QUOTA_EXCEEDED: u32 = 108;
 /// wasm-ipam itself failed (a bug: it panicked) and stopped where it was; the store
 /// holds the state from before the call or, if it stopped after the commit, after it.
 pub const INTERNAL_ERROR: u32 = 109;
+/// A trust policy (the node's `/etc/wasm-ipam/trust.json` or `ipam.trustPolicy`)
+/// refuses the module: unsigned where a signature is required, signed by a key the
+/// policy does not trust, or a signature that does not verify for the module's bytes.
+pub const MODULE_UNTRUSTED: u32 = 110;
 
 /// Codes the guest SDK returns on a module's behalf.
 pub const SDK_RESERVED: RangeInclusive<u32> = 120..=139;
@@ -121,6 +125,7 @@ pub const NAMED: &[(u32, &str)] = &[
     (RESERVED_CODE_FROM_MODULE, "RESERVED_CODE_FROM_MODULE"),
     (STORE_QUOTA_EXCEEDED, "STORE_QUOTA_EXCEEDED"),
     (INTERNAL_ERROR, "INTERNAL_ERROR"),
+    (MODULE_UNTRUSTED, "MODULE_UNTRUSTED"),
     (STORE_WRITE_REFUSED, "STORE_WRITE_REFUSED"),
     (NOT_IMPLEMENTED, "NOT_IMPLEMENTED"),
 ];

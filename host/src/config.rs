@@ -21,6 +21,9 @@ pub struct HostIpamConfig {
     pub module: PathBuf,
     /// Lowercase hex sha256 the module must have, when pinned.
     pub module_sha256: Option<String>,
+    /// A trust policy the module must satisfy besides the node's (see
+    /// [`crate::module::trust`]).
+    pub trust_policy: Option<PathBuf>,
     /// The budget, counted from the lock grant.
     pub deadline: Duration,
     /// One lock for the whole host, like Calico's.
@@ -189,6 +192,7 @@ impl StoreConfig {
 struct RawHostIpam {
     module: Option<PathBuf>,
     module_sha256: Option<String>,
+    trust_policy: Option<PathBuf>,
     deadline_seconds: Option<f64>,
     lock_file: Option<PathBuf>,
     lock_timeout_seconds: Option<f64>,
@@ -425,6 +429,7 @@ impl HostIpamConfig {
             ("dataDir", &raw.data_dir),
             ("cacheDir", &raw.cache_dir),
             ("logFile", &raw.log_file),
+            ("trustPolicy", &raw.trust_policy),
         ] {
             if let Some(path) = path
                 && !path.is_absolute()
@@ -437,6 +442,7 @@ impl HostIpamConfig {
         Ok(HostIpamConfig {
             module,
             module_sha256,
+            trust_policy: raw.trust_policy,
             deadline: raw
                 .deadline_seconds
                 .map(|s| positive_seconds("deadlineSeconds", s))

@@ -178,6 +178,25 @@ impl ModuleCache {
         self.dir.join(format!("module-{}.sum", &key[..32]))
     }
 
+    /// Whether a trust verdict named `name` (a digest of every input it depends on:
+    /// see [`crate::module::trust`]) was recorded, saying `line`. The file must be ours
+    /// and writable by nobody else, like an artifact.
+    pub fn has_verdict(&self, name: &str, line: &str) -> bool {
+        let path = self.dir.join(format!("{name}.trusted"));
+        let Ok(mut file) = fs::File::open(&path) else {
+            return false;
+        };
+        let mut text = String::new();
+        file.metadata().is_ok_and(|meta| check_owned(&meta).is_ok())
+            && file.read_to_string(&mut text).is_ok()
+            && text == line
+    }
+
+    /// Records a verdict for [`ModuleCache::has_verdict`].
+    pub fn record_verdict(&self, name: &str, line: &str) -> Result<(), CacheError> {
+        write_atomically(&self.dir.join(format!("{name}.trusted")), line.as_bytes())
+    }
+
     /// The sha256 of the module file at `module_path`, if it was recorded for a file of
     /// exactly this identity (and early enough to vouch for it).
     pub fn module_digest(&self, module_path: &Path, identity: &FileIdentity) -> Option<String> {

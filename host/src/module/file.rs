@@ -11,7 +11,7 @@ use crate::error::{CniError, code};
 use crate::module::cache::{FileIdentity, ModuleCache, hex};
 use sha2::{Digest, Sha256};
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -82,9 +82,13 @@ impl ModuleFile {
         )
     }
 
-    /// The file's bytes (at most `max`, even if it grew since it was opened).
+    /// The file's bytes (at most `max`, even if it grew since it was opened), from its
+    /// start whatever was read before.
     pub fn read(&self) -> Result<Vec<u8>, CniError> {
         let mut bytes = Vec::new();
+        (&self.file)
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| io_error(format!("cannot read module {}", self.path.display()), e))?;
         (&self.file)
             .take(self.max + 1)
             .read_to_end(&mut bytes)

@@ -21,6 +21,7 @@ use crate::module::engine::{engine, engine_error};
 use crate::module::file::ModuleFile;
 use crate::module::host::GuestState;
 use crate::module::trap::{deadline_error, trap_error};
+use crate::module::trust::{Policies, SignatureFile};
 use crate::module::wasi::Link;
 use std::path::Path;
 use std::sync::Arc;
@@ -196,6 +197,7 @@ impl ModuleHost {
         &self,
         path: &Path,
         pinned_sha256: Option<&str>,
+        policies: &Policies,
         cache: Option<&ModuleCache>,
         limits: &Limits,
     ) -> Result<Compiled, CniError> {
@@ -209,6 +211,13 @@ impl ModuleHost {
                 format!("module {} does not match ipam.moduleSha256", path.display()),
             )
             .with_details(format!("expected sha256 {pinned}, found {sha256}")));
+        }
+        // Trust before the compiler sees the bytes: an untrusted module reaches
+        // nothing but the hash.
+        if !policies.is_empty() {
+            let signature = SignatureFile::beside(path)?;
+            let bytes = || bytes.clone().map_or_else(|| module.read(), Ok);
+            policies.check(path, &sha256, signature.as_ref(), bytes, cache)?;
         }
         let read = || bytes.map_or_else(|| module.read(), Ok);
         let (component, from_cache) =
@@ -228,10 +237,11 @@ impl ModuleHost {
         &self,
         path: &Path,
         pinned_sha256: Option<&str>,
+        policies: &Policies,
         cache: Option<&ModuleCache>,
         limits: &Limits,
     ) -> Result<LoadedModule, CniError> {
-        let compiled = self.compile(path, pinned_sha256, cache, limits)?;
+        let compiled = self.compile(path, pinned_sha256, policies, cache, limits)?;
         self.link(path, compiled)
     }
 

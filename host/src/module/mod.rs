@@ -12,4 +12,5 @@ pub mod file;
 pub(crate) mod host;
 pub mod instance;
 mod trap;
+pub mod trust;
 pub(crate) mod wasi;

@@ -8,6 +8,7 @@ use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
+use crate::module::trust::Policies;
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
@@ -168,6 +169,10 @@ enum Operation {
         /// Compile without the cache (to measure the compile; nothing is stored).
         #[arg(long)]
         no_cache: bool,
+        /// Judge the module by this trust policy too, besides the node's
+        /// (/etc/wasm-ipam/trust.json), as the netconf's `ipam.trustPolicy` would.
+        #[arg(long)]
+        trust_policy: Option<PathBuf>,
         #[command(flatten)]
         compile: CompileArgs,
         /// JSON instead of text.
@@ -185,6 +190,23 @@ enum Operation {
         #[command(flatten)]
         compile: CompileArgs,
     },
+    /// Fetch a module published in an OCI registry (the Wasm OCI artifact layout) and
+    /// its minisign signatures; check digests, sizes and the trust policies; write it
+    /// into the module dir as NAME-SHA256.wasm (and MODULE.minisig) and compile it
+    /// into the cache. Prints the path and digest to put in a netconf. A refusal
+    /// writes nothing. See docs/supply-chain.md.
+    Pull {
+        #[command(flatten)]
+        pull: crate::operator::oci::pull::Pull,
+        #[command(flatten)]
+        compile: CompileArgs,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish a module to an OCI registry as a Wasm OCI artifact, with its minisign
+    /// signature attached as an OCI referrer (for vendors). See docs/supply-chain.md.
+    Push(crate::operator::oci::push::Push),
     /// Check, back up or restore the store (see SECURITY.md, "When the store is
     /// damaged").
     Store {
@@ -497,6 +519,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             module,
             cache_dir,
             no_cache,
+            trust_policy,
             compile,
             json,
         } => {
@@ -508,7 +531,12 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                         .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?,
                 )
             };
-            let report = describe::describe(&module, cache.as_ref(), &compile.limits()?)?;
+            let report = describe::describe(
+                &module,
+                &Policies::for_call(trust_policy.as_deref())?,
+                cache.as_ref(),
+                &compile.limits()?,
+            )?;
             Ok(Output {
                 failed: !report.accepted,
                 text: if json {
@@ -529,7 +557,13 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let cache = ModuleCache::open(&cache_dir)
                 .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?;
             let limits = compile.limits()?;
-            let loaded = ModuleHost::new()?.load(&module, None, Some(&cache), &limits)?;
+            let loaded = ModuleHost::new()?.load(
+                &module,
+                None,
+                &Policies::for_call(None)?,
+                Some(&cache),
+                &limits,
+            )?;
             Ok(format!(
                 "{} (sha256 {}, {}) {} {}\n",
                 module.display(),
@@ -544,6 +578,20 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             )
             .into())
         }
+        Operation::Pull {
+            pull,
+            compile,
+            json,
+        } => {
+            let pulled = crate::operator::oci::pull::pull(&pull, &compile.limits()?)?;
+            Ok(if json {
+                serde_json::to_string_pretty(&pulled).expect("serialisable") + "\n"
+            } else {
+                pulled.text()
+            }
+            .into())
+        }
+        Operation::Push(push) => Ok(crate::operator::oci::push::push(&push)?.into()),
         Operation::Store { action } => store_action(action).map(Output::from),
         Operation::Gc(args) => gc(args),
         Operation::ReleaseNode {

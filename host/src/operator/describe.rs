@@ -8,6 +8,7 @@ use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
 use crate::module::instance::{Compiled, ModuleHost};
+use crate::module::trust::{Policies, SignatureFile};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;
@@ -18,6 +19,10 @@ pub struct Description {
     pub module: String,
     pub sha256: String,
     pub size: u64,
+    /// The key id of the module's signature (`MODULE.minisig`), if it has one.
+    pub signed_by: Option<String>,
+    /// What the trust policies (the node's and `--trust-policy`) say of it.
+    pub trust: String,
     /// `cni:ipam@0.2.1`, if the module exports a handler of a version the host runs.
     pub contract: Option<String>,
     pub exports_inspect: bool,
@@ -47,20 +52,36 @@ pub struct Compile {
     pub milliseconds: f64,
 }
 
-/// Describes the module at `path`, compiling it (into `cache`, if given) if need be.
-/// Only a module that cannot be read at all is an error.
+/// Describes the module at `path`, compiling it (into `cache`, if given) if need be,
+/// and judges it by `policies` as a call would. Only a module that cannot be read at
+/// all is an error.
 pub fn describe(
     path: &Path,
+    policies: &Policies,
     cache: Option<&ModuleCache>,
     limits: &Limits,
 ) -> Result<Description, CniError> {
     let file = ModuleFile::open(path, limits.module_bytes)?;
-    let (sha256, _) = file.sha256(None)?;
+    let (sha256, bytes) = file.sha256(None)?;
+    let signature = SignatureFile::beside(path);
+    let signed_by = match &signature {
+        Ok(Some(signature)) => Some(signature.key_id().to_string()),
+        _ => None,
+    };
+    let verdict = signature.and_then(|signature| {
+        let bytes = || bytes.map_or_else(|| file.read(), Ok);
+        policies.check(path, &sha256, signature.as_ref(), bytes, None)
+    });
     let cached_before = cache.is_some_and(|c| c.artifact_path(&sha256).exists());
     let mut description = Description {
         module: path.display().to_string(),
         sha256,
         size: file.size(),
+        signed_by,
+        trust: match &verdict {
+            Ok(verdict) => verdict.describe(),
+            Err(e) => format!("REFUSED: {e}"),
+        },
         contract: None,
         exports_inspect: false,
         exports_migrate: false,
@@ -72,9 +93,13 @@ pub fn describe(
         cached_before,
         compile: None,
     };
+    if let Err(e) = verdict {
+        description.refused_because = Some(e.to_string());
+        return Ok(description);
+    }
     let host = ModuleHost::new()?;
     let started = Instant::now();
-    let compiled: Compiled = match host.compile(path, None, cache, limits) {
+    let compiled: Compiled = match host.compile(path, None, &Policies::none(), cache, limits) {
         Ok(compiled) => compiled,
         Err(e) => {
             description.refused_because = Some(e.to_string());
@@ -117,6 +142,15 @@ impl Description {
         let _ = writeln!(out, "module    {}", self.module);
         let _ = writeln!(out, "sha256    {}", self.sha256);
         let _ = writeln!(out, "size      {} bytes", self.size);
+        let _ = writeln!(
+            out,
+            "signed    {}",
+            match &self.signed_by {
+                Some(key_id) => format!("by key {key_id} ({}.minisig)", self.module),
+                None => "no".into(),
+            }
+        );
+        let _ = writeln!(out, "trust     {}", self.trust);
         let _ = writeln!(
             out,
             "contract  {}",

@@ -22,6 +22,7 @@ use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::compile::COMPILER;
 use crate::module::instance::ModuleHost;
+use crate::module::trust::Policies;
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -338,7 +339,13 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     } else {
         let cache = ModuleCache::open(&install.cache_dir)
             .map_err(|e| CniError::new(code::IO_FAILURE, e.0))?;
-        let loaded = ModuleHost::new()?.load(source, None, Some(&cache), &Limits::default())?;
+        let loaded = ModuleHost::new()?.load(
+            source,
+            None,
+            &Policies::for_call(None)?,
+            Some(&cache),
+            &Limits::default(),
+        )?;
         steps.done(
             &format!(
                 "{} {} (sha256 {}, {}) in {}",

@@ -28,6 +28,7 @@ use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
 use crate::module::host::{GuestLog, GuestState, GuestStore};
 use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Work};
+use crate::module::trust::Policies;
 use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written};
 use crate::test_hook::test_panic;
 pub use report::Label;
@@ -170,9 +171,11 @@ fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
     let cache = ModuleCache::open(&ipam.cache_dir)
         .inspect_err(|e| tracing::warn!(target: "cache", "{e}; compiling instead"))
         .ok();
+    let policies = Policies::for_call(ipam.trust_policy.as_deref())?;
     let module = host.load(
         &ipam.module,
         ipam.module_sha256.as_deref(),
+        &policies,
         cache.as_ref(),
         &ipam.limits,
     )?;
