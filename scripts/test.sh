@@ -47,6 +47,27 @@ if [[ "$(componentize-py --version 2>/dev/null)" != "componentize-py $componenti
 fi
 # --- end of componentize-py
 
+# --- the supply chain, for tests/integration/supply_chain.rs (modules pushed to and
+# pulled from a real OCI registry, signed with minisign): Debian's docker-registry
+# (distribution 2.8; the tests start their own on a free loopback port and never use a
+# system one) and minisign; and the ORAS Python SDK, a second OCI client for interop,
+# pinned and installed with pip into a virtualenv under target/ when missing.
+if ! [[ -x /usr/bin/docker-registry && -x /usr/bin/minisign ]]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-registry minisign >/dev/null
+fi
+oras_py_version=0.2.43
+oras_py_venv=target/oras-py
+if [[ "$("$oras_py_venv/bin/python" -c 'import importlib.metadata as m; print(m.version("oras"))' 2>/dev/null)" != "$oras_py_version" ]]; then
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >/dev/null
+  fi
+  python3 -m venv "$oras_py_venv"
+  "$oras_py_venv/bin/pip" install -q "oras==$oras_py_version"
+fi
+# --- end of the supply chain
+
 # --- containerd, for tests/cri (pods run through a private containerd 1.6 and its CRI
 # plugin, with Debian's bridge and wasm-ipam as IPAM): containerd and runc; Debian's
 # static busybox, from which the test builds its sandbox image (nothing is pulled); and

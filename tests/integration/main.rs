@@ -24,4 +24,5 @@ mod pipeline;
 mod protocol;
 mod static_py;
 mod store;
+mod supply_chain;
 mod tutorial;

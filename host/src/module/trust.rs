@@ -282,21 +282,19 @@ impl Policies {
         for policy in &self.list {
             let listed = signature.and_then(|s| policy.keys.iter().find(|k| k.id == s.key_id));
             match (signature, listed) {
-                (Some(signature), Some(trusted)) => {
-                    if !verified {
-                        let module_bytes = (bytes.take().expect("read once"))()?;
-                        trusted
-                            .key
-                            .verify(&module_bytes, &signature.signature, true)
-                            .map_err(|e| {
-                                untrusted(format!(
-                                    "its signature {} by key {} does not verify ({e}): the module changed after it was signed, or the signature is another module's",
-                                    signature.path.display(),
-                                    signature.key_id
-                                ))
-                            })?;
-                        verified = true;
-                    }
+                (Some(signature), Some(trusted)) if !verified => {
+                    let module_bytes = (bytes.take().expect("read once"))()?;
+                    trusted
+                        .key
+                        .verify(&module_bytes, &signature.signature, true)
+                        .map_err(|e| {
+                            untrusted(format!(
+                                "its signature {} by key {} does not verify ({e}): the module changed after it was signed, or the signature is another module's",
+                                signature.path.display(),
+                                signature.key_id
+                            ))
+                        })?;
+                    verified = true;
                 }
                 (None, _) if policy.require_signature => {
                     return Err(untrusted(format!(

@@ -35,9 +35,17 @@ pub const MAIN_PLUGINS: &[&str] = &["bridge", "portmap", "loopback"];
 /// What to install, and where: `wasm-ipam install`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Install {
-    /// The module's .wasm component.
+    /// The module's .wasm component, or `oci://REGISTRY/REPO[:TAG][@sha256:DIGEST]`
+    /// to pull it (as `wasm-ipam pull` does) into --module-dir.
     #[arg(long)]
     pub module: PathBuf,
+    /// A trust policy the module must satisfy besides the node's; written into the
+    /// conflist as `ipam.trustPolicy`, so every call checks it too.
+    #[arg(long)]
+    pub trust_policy: Option<PathBuf>,
+    /// Pull over plain HTTP from a registry that is not on this machine.
+    #[arg(long)]
+    pub insecure: bool,
     /// The node's pod subnet (the conflist's range).
     #[arg(long)]
     pub subnet: ipnet::IpNet,
@@ -226,7 +234,7 @@ fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
 
 /// The conflist: bridge with wasm-ipam as its IPAM (host-local's configuration keys,
 /// which the host-local module reads), then portmap.
-pub fn conflist(install: &Install, module: &Path) -> serde_json::Value {
+pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde_json::Value {
     let default_route = if install.subnet.addr().is_ipv4() {
         "0.0.0.0/0"
     } else {
@@ -249,10 +257,15 @@ pub fn conflist(install: &Install, module: &Path) -> serde_json::Value {
         ("dataDir", &install.data_dir),
         ("lockFile", &install.lock_file),
         ("logFile", &install.log_file),
+        ("trustPolicy", &install.trust_policy),
     ] {
         if let Some(value) = value {
             ipam[key] = json!(value);
         }
+    }
+    // A pulled module is pinned to the digest it was pulled at.
+    if let Some(sha256) = sha256 {
+        ipam["moduleSha256"] = json!(sha256);
     }
     json!({
         "cniVersion": "1.0.0",
@@ -313,16 +326,55 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             &format!("no {COMPILER} beside {}", exe.display()),
         );
     }
-    let file_name = install
-        .module
-        .file_name()
-        .ok_or_else(|| CniError::config("--module must name a file"))?;
-    let module = install.module_dir.join(file_name);
-    copy(&install.module, &module, 0o644, &mut steps)?;
+    let from_registry = install.module.to_str().filter(|m| m.starts_with("oci://"));
+    let mut pinned = None;
+    let module = match from_registry {
+        Some(reference) if install.dry_run => {
+            crate::operator::oci::reference(reference)?;
+            steps.done(
+                "",
+                &format!(
+                    "would pull {reference} into {}",
+                    install.module_dir.display()
+                ),
+            );
+            install.module_dir.join("(pulled).wasm")
+        }
+        Some(reference) => {
+            let pull = crate::operator::oci::pull::Pull {
+                reference: reference.to_string(),
+                module_dir: install.module_dir.clone(),
+                cache_dir: install.cache_dir.clone(),
+                trust_policy: install.trust_policy.clone(),
+                insecure: install.insecure,
+            };
+            let pulled = crate::operator::oci::pull::pull(&pull, &Limits::default())?;
+            steps.done(
+                &format!(
+                    "pulled {} into {} ({})",
+                    pulled.reference,
+                    pulled.module.display(),
+                    pulled.trust
+                ),
+                "",
+            );
+            pinned = Some(pulled.module_sha256);
+            pulled.module
+        }
+        None => {
+            let file_name = install
+                .module
+                .file_name()
+                .ok_or_else(|| CniError::config("--module must name a file"))?;
+            let module = install.module_dir.join(file_name);
+            copy(&install.module, &module, 0o644, &mut steps)?;
+            module
+        }
+    };
     let missing = main_plugins(install, &mut steps);
     // Compiled from the installed copy when there is one, so the cache records the
     // path the conflist names.
-    let source = if install.dry_run {
+    let source = if install.dry_run && from_registry.is_none() {
         &install.module
     } else {
         &module
@@ -341,8 +393,8 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             .map_err(|e| CniError::new(code::IO_FAILURE, e.0))?;
         let loaded = ModuleHost::new()?.load(
             source,
-            None,
-            &Policies::for_call(None)?,
+            pinned.as_deref(),
+            &Policies::for_call(install.trust_policy.as_deref())?,
             Some(&cache),
             &Limits::default(),
         )?;
@@ -362,8 +414,9 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             "",
         );
     }
-    let text =
-        serde_json::to_string_pretty(&conflist(install, &module)).expect("serialisable") + "\n";
+    let text = serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref()))
+        .expect("serialisable")
+        + "\n";
     put_file(
         &install.conf_dir.join(&install.conflist_name),
         text.as_bytes(),

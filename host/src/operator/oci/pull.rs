@@ -340,8 +340,20 @@ async fn blob(
     let limit = descriptor.size.min(max);
     let mut bytes = Vec::with_capacity(limit as usize);
     while let Some(chunk) = stream.next().await {
+        // The client checks the digest as the stream ends; a mismatch is a tampered
+        // (or truncated) blob, not a network failure.
         let chunk = chunk.map_err(|e| {
-            CniError::new(code::IO_FAILURE, format!("cannot fetch {what}")).with_details(e)
+            let tampered = e
+                .get_ref()
+                .is_some_and(|inner| inner.is::<oci_client::errors::DigestError>());
+            match tampered {
+                true => {
+                    CniError::new(code::MODULE_DIGEST_MISMATCH, mismatch(&what)).with_details(e)
+                }
+                false => {
+                    CniError::new(code::IO_FAILURE, format!("cannot fetch {what}")).with_details(e)
+                }
+            }
         })?;
         if (bytes.len() + chunk.len()) as u64 > limit {
             return Err(CniError::new(
@@ -356,18 +368,20 @@ async fn blob(
     }
     let digest = oci::digest(&bytes);
     if bytes.len() as u64 != descriptor.size || digest != descriptor.digest {
-        return Err(CniError::new(
-            code::MODULE_DIGEST_MISMATCH,
-            format!("{what} is not what its manifest describes (tampered, or truncated)"),
-        )
-        .with_details(format!(
-            "expected {} bytes with {}, got {} bytes with {digest}",
-            descriptor.size,
-            descriptor.digest,
-            bytes.len()
-        )));
+        return Err(
+            CniError::new(code::MODULE_DIGEST_MISMATCH, mismatch(&what)).with_details(format!(
+                "expected {} bytes with {}, got {} bytes with {digest}",
+                descriptor.size,
+                descriptor.digest,
+                bytes.len()
+            )),
+        );
     }
     Ok(bytes)
+}
+
+fn mismatch(what: &str) -> String {
+    format!("{what} is not what its manifest describes (tampered, or truncated)")
 }
 
 /// The minisign signatures attached to the manifest `subject_digest`.

@@ -1,0 +1,808 @@
+//! Vendors ship modules, against real peers: Debian's `docker-registry` (distribution
+//! 2.8, which has no referrers API, so signatures go through the referrers tag
+//! schema) on loopback, Debian's `minisign` CLI for keys and signatures, and the ORAS
+//! Python SDK from PyPI as a second, independent OCI client.
+//!
+//! One registry serves the whole test binary (started on first use, stopped and its
+//! storage removed when the binary exits); each test pushes modules of its own, made
+//! distinct by a custom section, so no test sees another's blobs.
+
+use crate::harness::*;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const REGISTRY: &str = "/usr/bin/docker-registry";
+const MINISIGN: &str = "/usr/bin/minisign";
+
+struct Registry {
+    /// `127.0.0.1:PORT`.
+    address: String,
+    /// The registry's filesystem storage, to tamper with a blob.
+    storage: PathBuf,
+}
+
+/// The running registry and its storage, stopped and removed at exit.
+static RUNNING: Mutex<Option<(Child, tempfile::TempDir)>> = Mutex::new(None);
+
+extern "C" fn stop_registry() {
+    let taken = RUNNING
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    if let Some((mut child, dir)) = taken {
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        assert!(
+            Path::new(REGISTRY).is_file() && Path::new(MINISIGN).is_file(),
+            "{REGISTRY} and {MINISIGN} are needed (Debian's docker-registry and minisign; scripts/test.sh installs them)"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let storage = dir.path().join("storage");
+        let port = free_port();
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\nlog:\n  level: error\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new(REGISTRY)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        *RUNNING.lock().unwrap() = Some((child, dir));
+        // SAFETY: registers a plain function with no preconditions.
+        unsafe { libc::atexit(stop_registry) };
+        let address = format!("127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(&address).is_err() {
+            assert!(Instant::now() < deadline, "the registry never listened on {address}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry { address, storage }
+    })
+}
+
+fn oci(repo_tag: &str) -> String {
+    format!("oci://{}/{repo_tag}", registry().address)
+}
+
+/// A minisign key pair made by the minisign CLI: (secret key path, public key line,
+/// key id as minisign prints it).
+fn keypair(dir: &Path, name: &str) -> (PathBuf, String, String) {
+    let (secret, public) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.pub")),
+    );
+    let status = Command::new(MINISIGN)
+        .args(["-G", "-W", "-f", "-p"])
+        .arg(&public)
+        .arg("-s")
+        .arg(&secret)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "minisign -G");
+    let text = std::fs::read_to_string(&public).unwrap();
+    let id = text
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    (secret, text.lines().nth(1).unwrap().to_string(), id)
+}
+
+/// `minisign -S`: writes `file.minisig` (or `to`).
+fn sign(secret: &Path, file: &Path, to: Option<&Path>) {
+    let mut cmd = Command::new(MINISIGN);
+    cmd.arg("-S").arg("-s").arg(secret).arg("-m").arg(file);
+    if let Some(to) = to {
+        cmd.arg("-x").arg(to);
+    }
+    let status = cmd.stdout(Stdio::null()).status().unwrap();
+    assert!(status.success(), "minisign -S");
+}
+
+/// The minimal module with a custom section `tag` (and `padding` more bytes), so each
+/// test's module has a digest of its own; still a valid component.
+fn unique_module(dir: &Path, tag: &str, padding: usize) -> PathBuf {
+    let mut bytes = std::fs::read(minimal_module()).unwrap();
+    let leb = |mut n: usize, out: &mut Vec<u8>| loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    };
+    let name = format!("wasm-ipam-test-{tag}");
+    let mut payload = Vec::new();
+    leb(name.len(), &mut payload);
+    payload.extend_from_slice(name.as_bytes());
+    payload.extend(std::iter::repeat_n(b'x', padding));
+    bytes.push(0);
+    leb(payload.len(), &mut bytes);
+    bytes.extend_from_slice(&payload);
+    let path = dir.join(format!("{tag}.wasm"));
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn policy(dir: &Path, name: &str, require: bool, keys: &[&str]) -> PathBuf {
+    let path = dir.join(name);
+    let json = json!({"requireSignature": require, "keys": keys});
+    std::fs::write(&path, json.to_string()).unwrap();
+    path
+}
+
+fn push(module: &Path, to: &str, signature: Option<&Path>) -> String {
+    let mut args = vec![
+        "push".to_string(),
+        module.display().to_string(),
+        to.to_string(),
+    ];
+    if let Some(signature) = signature {
+        args.extend(["--signature".into(), signature.display().to_string()]);
+    }
+    operator_command(args)
+}
+
+/// `wasm-ipam pull` into `dir/modules` with a cache in `dir/cache`.
+fn pull(dir: &Path, reference: &str, extra: &[&str]) -> (bool, String, String) {
+    let mut args: Vec<String> = vec![
+        "pull".into(),
+        reference.into(),
+        "--module-dir".into(),
+        dir.join("modules").display().to_string(),
+        "--cache-dir".into(),
+        dir.join("cache").display().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    operator_output(args)
+}
+
+/// What the module dir holds (nothing if it was never made).
+fn module_dir_entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("modules"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn sha256_hex(path: &Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(std::fs::read(path).unwrap());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A refused pull: non-zero, the message has `says`, and nothing was written.
+fn assert_refused(dir: &Path, reference: &str, extra: &[&str], says: &str) {
+    let (ok, stdout, stderr) = pull(dir, reference, extra);
+    assert!(!ok, "pull {reference} should be refused: {stdout}");
+    assert!(
+        stderr.contains(says),
+        "pull {reference}: expected {says:?} in {stderr}"
+    );
+    assert_eq!(module_dir_entries(dir), Vec::<String>::new(), "{reference}");
+}
+
+#[test]
+fn a_vendor_signs_and_pushes_and_a_node_pulls_verifies_and_runs_it() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (key_a, public_a, id_a) = keypair(dir, "a");
+    let (key_b, public_b, id_b) = keypair(dir, "b");
+    let module = unique_module(dir, "signed", 0);
+    sign(&key_a, &module, None);
+    let pushed = push(
+        &module,
+        &oci("vendor/signed:1.0"),
+        Some(&dir.join("signed.wasm.minisig")),
+    );
+    assert!(pushed.contains(&format!("(key {id_a})")), "{pushed}");
+
+    let strict = policy(dir, "trust.json", true, &[&public_a]);
+    let (ok, out, err) = pull(
+        dir,
+        &oci("vendor/signed:1.0"),
+        &["--trust-policy", strict.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    let sha = sha256_hex(&module);
+    let name = format!("signed-{sha}.wasm");
+    assert_eq!(
+        module_dir_entries(dir),
+        vec![name.clone(), format!("{name}.minisig")]
+    );
+    let pulled = dir.join("modules").join(&name);
+    assert_eq!(
+        std::fs::read(&pulled).unwrap(),
+        std::fs::read(&module).unwrap()
+    );
+    assert!(
+        out.contains(&format!("trusted: signed by key {id_a}")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("\"moduleSha256\": \"{sha}\"")),
+        "{out}"
+    );
+    let inspect = operator_command([
+        "inspect",
+        pulled.to_str().unwrap(),
+        "--cache-dir",
+        dir.join("cache").to_str().unwrap(),
+        "--trust-policy",
+        strict.to_str().unwrap(),
+    ]);
+    assert!(
+        inspect.contains(&format!("signed    by key {id_a}")),
+        "{inspect}"
+    );
+    assert!(
+        inspect.contains(&format!("trust     trusted: signed by key {id_a}")),
+        "{inspect}"
+    );
+
+    // The node runs it as the netconf names it, pinned and under the policy.
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &pulled,
+        json!({"moduleSha256": sha, "trustPolicy": strict, "cacheDir": dir.join("cache"),
+               "addresses": ["10.71.0.5/24", "10.71.0.6/24", "10.71.0.7/24", "10.71.0.8/24"]}),
+    );
+    Call::new("ADD", "c1").run(&conf).ok();
+    let held = node.store_entries("testnet");
+    assert!(!held.is_empty());
+
+    // Another key's signature in place of the vendor's: refused on the next call,
+    // though the verdict for the old one is cached.
+    let signature = dir.join("modules").join(format!("{name}.minisig"));
+    let vendors = std::fs::read(&signature).unwrap();
+    sign(&key_b, &pulled, Some(&signature));
+    let refused = Call::new("ADD", "c2").run(&conf);
+    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
+    assert!(refused.msg().contains(&id_b), "{}", refused.msg());
+    std::fs::write(&signature, &vendors).unwrap();
+    Call::new("ADD", "c2").run(&conf).ok();
+
+    // The vendor's key removed from the policy: refused on the next call.
+    policy(dir, "trust.json", true, &[&public_b]);
+    let refused = Call::new("ADD", "c3").run(&conf);
+    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
+    assert!(
+        refused.msg().contains("does not trust"),
+        "{}",
+        refused.msg()
+    );
+    policy(dir, "trust.json", true, &[&public_a]);
+
+    // The module changed after the pull: refused, unpinned too, and nothing ran.
+    let before = node.store_entries("testnet");
+    let mut bytes = std::fs::read(&pulled).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&pulled, bytes).unwrap();
+    let mut unpinned = conf.clone();
+    unpinned["ipam"]
+        .as_object_mut()
+        .unwrap()
+        .remove("moduleSha256");
+    let refused = Call::new("ADD", "c4").run(&unpinned);
+    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
+    assert!(
+        refused.msg().contains("does not verify"),
+        "{}",
+        refused.msg()
+    );
+    let refused = Call::new("ADD", "c4").run(&conf);
+    assert_eq!(refused.error_code(), 101, "pinned: {}", refused.msg());
+    assert_eq!(node.store_entries("testnet"), before);
+}
+
+#[test]
+fn refused_pulls_write_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (key_a, public_a, _) = keypair(dir, "a");
+    let (key_b, _, id_b) = keypair(dir, "b");
+    let strict = policy(dir, "trust.json", true, &[&public_a]);
+    let with_policy = ["--trust-policy", strict.to_str().unwrap()];
+
+    // Unsigned, under a policy that requires a signature.
+    let unsigned = unique_module(dir, "unsigned", 0);
+    push(&unsigned, &oci("vendor/unsigned:1"), None);
+    assert_refused(
+        dir,
+        &oci("vendor/unsigned:1"),
+        &with_policy,
+        "has no signature",
+    );
+
+    // Signed by a key the policy does not trust.
+    let other = unique_module(dir, "other-key", 0);
+    sign(&key_b, &other, None);
+    push(
+        &other,
+        &oci("vendor/other-key:1"),
+        Some(&dir.join("other-key.wasm.minisig")),
+    );
+    assert_refused(
+        dir,
+        &oci("vendor/other-key:1"),
+        &with_policy,
+        &format!("signed by key {id_b}"),
+    );
+
+    // A trusted key's signature of another module.
+    let module = unique_module(dir, "swapped", 0);
+    let decoy = unique_module(dir, "decoy", 0);
+    sign(&key_a, &decoy, None);
+    push(
+        &module,
+        &oci("vendor/swapped:1"),
+        Some(&dir.join("decoy.wasm.minisig")),
+    );
+    assert_refused(
+        dir,
+        &oci("vendor/swapped:1"),
+        &with_policy,
+        "does not verify",
+    );
+
+    // A digest the repository does not have.
+    let absent = format!("{}@sha256:{}", oci("vendor/unsigned"), "0".repeat(64));
+    assert_refused(dir, &absent, &[], "cannot fetch the manifest");
+
+    // A layer whose bytes the registry serves changed (its storage tampered with).
+    let tampered = unique_module(dir, "tampered", 0);
+    push(&tampered, &oci("vendor/tampered:1"), None);
+    let sha = sha256_hex(&tampered);
+    let blob = registry().storage.join(format!(
+        "docker/registry/v2/blobs/sha256/{}/{sha}/data",
+        &sha[..2]
+    ));
+    let mut bytes = std::fs::read(&blob).unwrap();
+    *bytes.last_mut().unwrap() ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+    assert_refused(
+        dir,
+        &oci("vendor/tampered:1"),
+        &[],
+        "is not what its manifest describes",
+    );
+
+    // A layer over moduleMaxMiB: refused from its descriptor, before it is fetched.
+    let large = unique_module(dir, "large", 3 << 19);
+    push(&large, &oci("vendor/large:1"), None);
+    assert_refused(
+        dir,
+        &oci("vendor/large:1"),
+        &["--module-max-mib", "1"],
+        "over moduleMaxMiB (1 MiB)",
+    );
+
+    // A manifest over 1 MiB (the registry takes up to 4).
+    let big = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.wasm.config.v0+json",
+                   "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "size": 2},
+        "layers": [],
+        "annotations": {"padding": "x".repeat(3 << 19)},
+    });
+    let path = dir.join("big.json");
+    std::fs::write(&path, big.to_string()).unwrap();
+    // The config blob it names (OCI's empty `{}`, which a signature artifact has)
+    // must be in the repository for the registry to take it.
+    let holder = unique_module(dir, "config-holder", 0);
+    sign(&key_a, &holder, None);
+    push(
+        &holder,
+        &oci("vendor/big:config"),
+        Some(&dir.join("config-holder.wasm.minisig")),
+    );
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sys, urllib.request as u; \
+             r = u.Request(sys.argv[1], data=open(sys.argv[2], 'rb').read(), method='PUT', \
+             headers={'Content-Type': 'application/vnd.oci.image.manifest.v1+json'}); \
+             u.urlopen(r)",
+        )
+        .arg(format!(
+            "http://{}/v2/vendor/big/manifests/1",
+            registry().address
+        ))
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "PUT the large manifest");
+    assert_refused(dir, &oci("vendor/big:1"), &[], "over 1 MiB");
+
+    // A registry that is down.
+    let down = format!("oci://127.0.0.1:{}/vendor/unsigned:1", free_port());
+    assert_refused(dir, &down, &[], "cannot fetch the manifest");
+}
+
+/// The ORAS Python SDK, installed by scripts/test.sh into a virtualenv under target/.
+fn oras_python() -> PathBuf {
+    let python = workspace().join("target/oras-py/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: scripts/test.sh installs the ORAS Python SDK there",
+        python.display()
+    );
+    python
+}
+
+/// Runs the ORAS Python SDK: `push TARGET FILE CONFIG` or `pull TARGET OUTDIR`.
+fn oras(args: &[&str]) -> String {
+    const SCRIPT: &str = r#"
+import sys, oras.client
+c = oras.client.OrasClient(hostname=sys.argv[2].split("/")[0], insecure=True)
+if sys.argv[1] == "push":
+    target, path, config = sys.argv[2:5]
+    c.push(target=target, files=[path + ":application/wasm"],
+           manifest_config=config + ":application/vnd.wasm.config.v0+json",
+           disable_path_validation=True)
+else:
+    print("\n".join(c.pull(target=sys.argv[2], outdir=sys.argv[3])))
+"#;
+    let out = Command::new(oras_python())
+        .arg("-c")
+        .arg(SCRIPT)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "oras {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn oras_and_wasm_ipam_pull_what_the_other_pushed() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    // ORAS pushes, wasm-ipam pulls and runs it.
+    let theirs = unique_module(dir, "from-oras", 0);
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        json!({"architecture": "wasm", "os": "wasip2", "layerDigests": [format!("sha256:{}", sha256_hex(&theirs))]}).to_string(),
+    )
+    .unwrap();
+    let target = format!("{}/vendor/from-oras:1", registry().address);
+    oras(&[
+        "push",
+        &target,
+        theirs.to_str().unwrap(),
+        config.to_str().unwrap(),
+    ]);
+    let (ok, _, err) = pull(dir, &format!("oci://{target}"), &[]);
+    assert!(ok, "{err}");
+    let pulled = dir
+        .join("modules")
+        .join(format!("from-oras-{}.wasm", sha256_hex(&theirs)));
+    assert_eq!(
+        std::fs::read(&pulled).unwrap(),
+        std::fs::read(&theirs).unwrap()
+    );
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &pulled,
+        json!({"cacheDir": dir.join("cache"), "addresses": ["10.72.0.5/24"]}),
+    );
+    Call::new("ADD", "c1").run(&conf).ok();
+
+    // wasm-ipam pushes (with a signature, a referrer ORAS ignores), ORAS pulls the
+    // module byte for byte.
+    let ours = unique_module(dir, "from-wasm-ipam", 0);
+    let (key, _, _) = keypair(dir, "k");
+    sign(&key, &ours, None);
+    push(
+        &ours,
+        &oci("vendor/from-wasm-ipam:1"),
+        Some(&dir.join("from-wasm-ipam.wasm.minisig")),
+    );
+    let out = dir.join("oras-out");
+    let files = oras(&[
+        "pull",
+        &format!("{}/vendor/from-wasm-ipam:1", registry().address),
+        out.to_str().unwrap(),
+    ]);
+    assert!(files.contains("from-wasm-ipam.wasm"), "{files}");
+    assert_eq!(
+        std::fs::read(out.join("from-wasm-ipam.wasm")).unwrap(),
+        std::fs::read(&ours).unwrap()
+    );
+}
+
+/// Runs `command` with `node_policy_dir` mounted on /etc/wasm-ipam, in a mount
+/// namespace of its own: the node's policy for this command only.
+fn with_node_policy(node_policy_dir: &Path, command: &Path) -> Command {
+    let mut cmd = Command::new("/usr/bin/unshare");
+    cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+        .arg(r#"/bin/mount --bind "$1" /etc/wasm-ipam && shift && exec "$@""#)
+        .arg("sh")
+        .arg(node_policy_dir)
+        .arg(command);
+    cmd
+}
+
+/// Directories that exist for the duration (to mount on), removed after if this
+/// test made them; a node whose /etc/wasm-ipam is empty has no policy.
+struct MountPoints(Vec<PathBuf>);
+
+impl MountPoints {
+    fn new(paths: &[&str]) -> Self {
+        let mut made = Vec::new();
+        for path in paths {
+            // The missing ancestors too, outermost first, so they are removed last.
+            let missing: Vec<&Path> = Path::new(path)
+                .ancestors()
+                .take_while(|p| !p.exists())
+                .collect();
+            for dir in missing.into_iter().rev() {
+                std::fs::create_dir(dir).unwrap();
+                made.push(dir.to_path_buf());
+            }
+        }
+        MountPoints(made)
+    }
+}
+
+impl Drop for MountPoints {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+#[test]
+fn a_netconf_adds_to_the_node_policy_and_never_weakens_it() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let _mount_points = MountPoints::new(&["/etc/wasm-ipam"]);
+    let etc = dir.join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    let (key, public, id) = keypair(dir, "vendor");
+    let unsigned = unique_module(dir, "node-unsigned", 0);
+    let signed = unique_module(dir, "node-signed", 0);
+    sign(&key, &signed, None);
+    let lenient = policy(dir, "lenient.json", false, &[]);
+    let strict = policy(dir, "strict.json", true, &[&public]);
+    let node = Node::new();
+    let call = |module: &Path, netconf_policy: Option<&Path>, id: &str| {
+        let mut ipam = json!({"cacheDir": dir.join("cache"), "addresses": ["10.73.0.5/24", "10.73.0.6/24", "10.73.0.7/24", "10.73.0.8/24"]});
+        if let Some(p) = netconf_policy {
+            ipam["trustPolicy"] = json!(p);
+        }
+        let conf = node.netconf("1.1.0", module, ipam);
+        let child = Call::new("ADD", id)
+            .spawn_command(with_node_policy(&etc, bin()), conf.to_string().as_bytes());
+        reply(child.wait_with_output().unwrap())
+    };
+
+    // No node policy, a lenient netconf one: unsigned runs.
+    call(&unsigned, Some(&lenient), "c1").ok();
+    // The node requires the vendor's key: the lenient netconf cannot undo it.
+    std::fs::copy(&strict, etc.join("trust.json")).unwrap();
+    let refused = call(&unsigned, Some(&lenient), "c2");
+    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
+    assert!(
+        refused
+            .msg()
+            .contains("/etc/wasm-ipam/trust.json requires one"),
+        "{}",
+        refused.msg()
+    );
+    let ran = call(&signed, Some(&lenient), "c3");
+    ran.ok();
+    // A lenient node, a strict netconf: the netconf's requirement holds.
+    std::fs::copy(&lenient, etc.join("trust.json")).unwrap();
+    let refused = call(&unsigned, Some(&strict), "c4");
+    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
+    call(&signed, Some(&strict), "c5").ok();
+    // inspect and pull read the node's policy too.
+    std::fs::copy(&strict, etc.join("trust.json")).unwrap();
+    let out = with_node_policy(&etc, bin())
+        .args(["inspect", unsigned.to_str().unwrap(), "--no-cache"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success() && text.contains("trust     REFUSED"),
+        "{text}"
+    );
+    let out = with_node_policy(&etc, bin())
+        .args(["inspect", signed.to_str().unwrap(), "--no-cache"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("trusted: signed by key {id}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn install_pulls_a_module_from_a_registry_and_pins_it() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (key, public, id) = keypair(dir, "vendor");
+    let module = unique_module(dir, "installed", 0);
+    sign(&key, &module, None);
+    push(
+        &module,
+        &oci("vendor/installed:2.0"),
+        Some(&dir.join("installed.wasm.minisig")),
+    );
+    let strict = policy(dir, "trust.json", true, &[&public]);
+    let path = |name: &str| dir.join(name).display().to_string();
+    let out = operator_command([
+        "install".to_string(),
+        "--module".into(),
+        oci("vendor/installed:2.0"),
+        "--trust-policy".into(),
+        strict.display().to_string(),
+        "--subnet".into(),
+        "10.78.0.0/24".into(),
+        "--bin-dir".into(),
+        path("bin"),
+        "--module-dir".into(),
+        path("wasm"),
+        "--conf-dir".into(),
+        path("net.d"),
+        "--cache-dir".into(),
+        path("cache"),
+    ]);
+    assert!(out.contains(&format!("signed by key {id}")), "{out}");
+    let sha = sha256_hex(&module);
+    let installed = dir.join("wasm").join(format!("installed-{sha}.wasm"));
+    assert!(
+        installed.is_file()
+            && dir
+                .join("wasm")
+                .join(format!("installed-{sha}.wasm.minisig"))
+                .is_file()
+    );
+    let conflist: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("net.d/00-wasm-ipam.conflist")).unwrap(),
+    )
+    .unwrap();
+    let ipam = &conflist["plugins"][0]["ipam"];
+    assert_eq!(ipam["module"], json!(installed));
+    assert_eq!(ipam["moduleSha256"], json!(sha));
+    assert_eq!(ipam["trustPolicy"], json!(strict));
+}
+
+/// The `sh` blocks of docs/supply-chain.md, each with the lines its `output` block
+/// says it prints.
+fn doc_steps(doc: &str) -> Vec<(String, Vec<String>)> {
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(line) = lines.next() {
+        let Some(info) = line.strip_prefix("```").filter(|i| !i.is_empty()) else {
+            continue;
+        };
+        let body: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.starts_with("```"))
+            .collect();
+        match info.trim() {
+            "sh" => steps.push((body.join("\n") + "\n", Vec::new())),
+            "output" => {
+                let (_, expect) = steps
+                    .last_mut()
+                    .expect("an output block follows a sh block");
+                expect.extend(
+                    body.iter()
+                        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")),
+                );
+            }
+            _ => {}
+        }
+    }
+    steps
+}
+
+#[test]
+fn the_supply_chain_guide_runs_as_written() {
+    let doc = std::fs::read_to_string(workspace().join("docs/supply-chain.md")).unwrap();
+    let steps = doc_steps(&doc);
+    assert!(steps.len() >= 6, "{steps:?}");
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    // The node's directories, private to the guide: bound over the real ones in a
+    // mount namespace of each step's own.
+    let binds = [
+        ("etc-wasm-ipam", "/etc/wasm-ipam"),
+        ("etc-cni-net.d", "/etc/cni/net.d"),
+        ("opt", "/opt"),
+        ("var-cache", "/var/cache"),
+    ];
+    let _mount_points = MountPoints::new(&binds.map(|(_, to)| to));
+    let mut mounts = String::new();
+    for (from, to) in binds {
+        std::fs::create_dir(dir.join(from)).unwrap();
+        mounts += &format!("/bin/mount --bind {} {to} && ", dir.join(from).display());
+    }
+    let home = dir.join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::copy(unique_module(dir, "guide", 0), home.join("my_ipam.wasm")).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin().parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (script, expect) in steps {
+        let out = Command::new("/usr/bin/unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "/bin/bash",
+                "-c",
+            ])
+            .arg(format!(r#"{mounts} exec /bin/bash -euo pipefail -c "$0""#))
+            .arg(&script)
+            .current_dir(&home)
+            .env("PATH", &path)
+            .env("HOME", &home)
+            .env("REGISTRY", &registry().address)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{script}failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        for line in expect {
+            assert!(
+                printed.contains(&line),
+                "{script}did not print {line:?}: {stdout}"
+            );
+        }
+    }
+}
