@@ -144,6 +144,10 @@ enum Operation {
     /// module dir, the main plugins linked into the bin dir, the module compiled into
     /// the cache, and a conflist (bridge + wasm-ipam) named to sort first. Idempotent.
     Install(crate::operator::install::Install),
+    /// Make one CNI call to a module as a runtime would (this binary, the CNI
+    /// environment, the netconf on stdin), on a state directory of its own: no root,
+    /// network namespace or main plugin. Prints the CNI result or error.
+    Try(crate::operator::try_call::TryCall),
     /// Remove a network whose configuration is gone: its store entries and its record.
     /// Refused while its module reports allocations, or cannot be asked, unless
     /// --force.
@@ -486,6 +490,14 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 failed: !notes.is_empty(),
                 text,
                 notes,
+            })
+        }
+        Operation::Try(args) => {
+            let (text, failed) = crate::operator::try_call::try_call(&args)?;
+            Ok(Output {
+                text,
+                notes: Vec::new(),
+                failed,
             })
         }
         Operation::Forget {

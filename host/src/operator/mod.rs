@@ -1,5 +1,5 @@
 //! The operators' commands (`wasm-ipam install | list | stats | inspect | forget |
-//! gc | release-node | precompile | store | import-host-local`): what a person on the node runs, beside the CNI calls the
+//! gc | release-node | precompile | store | import-host-local | try`): what a person on the node runs, beside the CNI calls the
 //! runtime makes. `ask` is how they reach a network's module.
 
 pub mod ask;
@@ -14,3 +14,4 @@ pub mod log_tail;
 pub mod metrics;
 pub mod release_node;
 pub mod runtime;
+pub mod try_call;
