@@ -148,6 +148,9 @@ enum Operation {
     /// environment, the netconf on stdin), on a state directory of its own: no root,
     /// network namespace or main plugin. Prints the CNI result or error.
     Try(crate::operator::try_call::TryCall),
+    /// Make a module project in ./NAME (Rust, or Python with componentize-py) that
+    /// builds with one command and passes its own unit test.
+    New(crate::operator::new::New),
     /// Remove a network whose configuration is gone: its store entries and its record.
     /// Refused while its module reports allocations, or cannot be asked, unless
     /// --force.
@@ -490,6 +493,14 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 failed: !notes.is_empty(),
                 text,
                 notes,
+            })
+        }
+        Operation::New(args) => {
+            let (text, notes) = crate::operator::new::new(&args)?;
+            Ok(Output {
+                text,
+                notes,
+                failed: false,
             })
         }
         Operation::Try(args) => {
