@@ -618,7 +618,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             for name in &network {
                 let served_by = match (&module, &named) {
                     (Some(module), _) => ServedBy {
-                        module: module.clone(),
+                        // A netconf's module is absolute; --module is resolved here.
+                        module: std::path::absolute(module).unwrap_or_else(|_| module.clone()),
                         sha256: String::new(),
                         contract: String::new(),
                         config: None,
