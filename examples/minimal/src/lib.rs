@@ -5,7 +5,7 @@ struct Ipam {
     addresses: Vec<String>,
 }
 pub struct Minimal;
-#[wasm_ipam_guest::ipam_module]
+#[ipam_module]
 impl IpamModule for Minimal {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
         let held = store.list("a/");
