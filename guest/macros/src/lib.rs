@@ -5,7 +5,8 @@
 //! whether a trait method was overridden, but the impl block's own items say it.
 //!
 //! It reads only the block's top-level `fn NAME`, so it needs no parser crate: the
-//! compiler checks the impl itself, as written.
+//! compiler checks the impl itself, as written. A function a macro call inside the
+//! block would define is not seen, and is reported as the SDK's default.
 
 use proc_macro::{Delimiter, Group, TokenStream, TokenTree};
 
