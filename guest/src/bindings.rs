@@ -13,5 +13,5 @@ wit_bindgen::generate!({
     pub_export_macro: true,
     default_bindings_module: "wasm_ipam_guest::bindings",
     additional_derives: [PartialEq, Eq, Default],
-    additional_derives_ignore: ["command", "level", "store-error", "request", "error", "context"],
+    additional_derives_ignore: ["command", "level", "store-error", "request", "error", "context", "origin", "function"],
 });

@@ -1,7 +1,7 @@
 //! [`export_module!`](crate::export_module): a type implementing
-//! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate` and
-//! `nodes` exports, each call wrapped into the SDK's types and given the host's
-//! store.
+//! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate`, `nodes`
+//! and `capabilities` exports, each call wrapped into the SDK's types and given the
+//! host's store.
 
 use crate::bindings::cni::ipam::types::Request as RawRequest;
 use crate::bindings::exports::cni::ipam::inspect::Context as RawContext;
@@ -55,7 +55,7 @@ pub fn release_node<M: IpamModule>(
 pub const fn is_module<M: IpamModule>() {}
 
 /// Exports a type implementing [`IpamModule`] as this component's
-/// `handler`, `inspect`, `migrate` and `nodes`.
+/// `handler`, `inspect`, `migrate`, `nodes` and `capabilities`.
 ///
 /// Only a wasm32 build exports anything. Natively (`cargo test` of a module) the
 /// macro only checks that the type implements `IpamModule`, so a module invokes it
@@ -67,7 +67,8 @@ macro_rules! export_module {
         const _: () = {
             use $crate::bindings::cni::ipam::types as __types;
             use $crate::bindings::exports::cni::ipam::{
-                handler as __handler, inspect as __inspect, migrate as __migrate, nodes as __nodes,
+                capabilities as __capabilities, handler as __handler, inspect as __inspect,
+                migrate as __migrate, nodes as __nodes,
             };
             struct __WasmIpamExport;
             impl __handler::Guest for __WasmIpamExport {
@@ -117,6 +118,11 @@ macro_rules! export_module {
                     dry_run: bool,
                 ) -> Result<__nodes::ReleaseReport, __types::Error> {
                     $crate::__export::release_node::<$module>(c, node, dry_run)
+                }
+            }
+            impl __capabilities::Guest for __WasmIpamExport {
+                fn functions() -> Vec<__capabilities::Function> {
+                    $crate::capabilities::<$module>()
                 }
             }
     $crate::bindings::export!(__WasmIpamExport with_types_in $crate::bindings);

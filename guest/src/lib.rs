@@ -10,10 +10,11 @@
 //! ```
 //! use wasm_ipam_guest::store::{MemoryStore, Store};
 //! use wasm_ipam_guest::{Allocation, Command, Context, Error, IpConfig, IpamModule};
-//! use wasm_ipam_guest::{IpamResult, Request, error::code, export_module};
+//! use wasm_ipam_guest::{IpamResult, Request, error::code, export_module, ipam_module};
 //!
 //! struct Tiny;
 //!
+//! #[ipam_module] // records what Tiny implements, for `wasm-ipam inspect`
 //! impl IpamModule for Tiny {
 //!     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
 //!         let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
@@ -74,6 +75,7 @@
 //! `cdylib` (the component) and an `rlib` (for its native tests).
 
 pub mod bindings;
+mod capabilities;
 pub mod deadline;
 pub mod error;
 mod export;
@@ -91,11 +93,13 @@ pub use bindings::cni::ipam::types::{
 pub use bindings::exports::cni::ipam::inspect::{Allocation, Pool};
 pub use bindings::exports::cni::ipam::migrate::{ImportReport, StateFile};
 pub use bindings::exports::cni::ipam::nodes::{ReleaseReport, ReleasedAddress};
+pub use capabilities::{Function, Origin, capabilities};
 pub use inspect::Context;
 pub use migrate::ImportRequest;
 pub use module::IpamModule;
 pub use request::Request;
 pub use store::Store;
+pub use wasm_ipam_guest_macros::ipam_module;
 
 /// Glue used by [`export_module!`]; not part of the public API.
 #[doc(hidden)]

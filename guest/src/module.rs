@@ -31,7 +31,17 @@ use crate::{
 ///
 /// Each function returns a CNI [`Error`] on failure; the host prints it and discards
 /// the call's store writes.
+///
+/// Put [`#[ipam_module]`](crate::ipam_module) on the impl: it records which functions
+/// the impl writes, so the module tells `wasm-ipam inspect` which answers are its own
+/// and which are the defaults above ([`capabilities`](crate::capabilities)). Without
+/// it the impl lacks `IMPLEMENTED_BY_MODULE` and does not compile.
 pub trait IpamModule {
+    /// The functions the impl block defines, by name; written by
+    /// [`#[ipam_module]`](crate::ipam_module), never by hand.
+    #[doc(hidden)]
+    const IMPLEMENTED_BY_MODULE: &'static [&'static str];
+
     /// Allocates addresses for `request.container_id()` / `request.ifname()`.
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error>;
 
@@ -196,6 +206,7 @@ mod tests {
     /// value of the id alone is a legacy allocation, which a DEL for the id releases.
     struct Two;
 
+    #[crate::ipam_module]
     impl IpamModule for Two {
         fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
             let owner = format!("{}\r\n{}", request.container_id(), request.ifname());
@@ -233,6 +244,7 @@ mod tests {
     /// Implements only what is required.
     struct Bare;
 
+    #[crate::ipam_module]
     impl IpamModule for Bare {
         fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
             Ok(IpamResult::default())
@@ -324,6 +336,7 @@ mod tests {
     #[test]
     fn default_status_is_unavailable_only_when_no_pool_has_room() {
         struct Full;
+        #[crate::ipam_module]
         impl IpamModule for Full {
             fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
                 Ok(IpamResult::default())

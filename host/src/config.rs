@@ -423,8 +423,11 @@ impl HostIpamConfig {
             })
             .transpose()?;
         // The runtime's working directory is nobody's choice: a relative (or empty)
-        // path would put the lock, the store or the cache wherever that happens to be.
+        // path would put the lock, the store or the cache wherever that happens to be,
+        // and run whichever module lies there (containerd and CRI-O run from /, podman
+        // from its user's directory).
         for (key, path) in [
+            ("module", &Some(module.clone())),
             ("lockFile", &raw.lock_file),
             ("dataDir", &raw.data_dir),
             ("cacheDir", &raw.cache_dir),
@@ -637,6 +640,17 @@ mod tests {
             );
             assert_eq!(parse(&json).unwrap_err().code, 7, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_relative_module_is_refused_like_every_other_path() {
+        let err =
+            parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"m.wasm"}}"#).unwrap_err();
+        assert_eq!(err.code, 7);
+        assert_eq!(
+            err.msg,
+            r#"ipam.module must be an absolute path, not "m.wasm""#
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The module contract across versions: modules built against cni:ipam@0.1.0, 0.2.0
-//! and 0.2.1 run side by side on one node; `list` and `stats` ask
+//! and 0.2.2 run side by side on one node; `list` and `stats` ask
 //! each network's module (its `inspect` export) and say plainly when it has none;
-//! `wasm-ipam inspect` describes a module and why the host would refuse it.
+//! `wasm-ipam inspect` describes a module, which functions it implements and why the
+//! host would refuse it.
 
 use crate::harness::*;
 use serde_json::{Value, json};
@@ -57,7 +58,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
         "mini",
     );
     // Built against the frozen 0.2.0 with wit-bindgen alone: the host, built from
-    // 0.2.1, finds its 0.2.0 exports and serves its 0.2.0 imports.
+    // 0.2.2, finds its 0.2.0 exports and serves its 0.2.0 imports.
     let v0_2_0 = named(
         node.netconf(
             "1.1.0",
@@ -93,7 +94,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
     Call::new("CHECK", "c2").run(&v0_2_0).ok();
     Call::new("DEL", "c1").run(&v0_2_0).ok();
     Call::new("STATUS", "").run(&v0_2_0).ok();
-    // And the 0.2.1 ones.
+    // And the 0.2.2 ones.
     assert_eq!(
         Call::new("ADD", "c1").run(&host_local).address(),
         "10.72.0.2/24"
@@ -212,12 +213,67 @@ fn describe(node: &Node, module: &Path) -> (bool, Value) {
     )
 }
 
+fn text(node: &Node, module: &Path) -> String {
+    let cache = node.dir.path().join("cache").to_string_lossy().into_owned();
+    let (ok, stdout, stderr) = operator_output([
+        "inspect".as_ref(),
+        module.as_os_str(),
+        "--cache-dir".as_ref(),
+        cache.as_ref(),
+    ]);
+    assert!(ok, "{stdout} {stderr}");
+    stdout
+}
+
+fn origin(description: &Value, function: &str) -> String {
+    let functions = description["functions"].as_array().expect("functions");
+    let found = functions.iter().find(|f| f["name"] == function);
+    found.unwrap_or_else(|| panic!("{function} in {description}"))["origin"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// An SDK module exports every interface; `inspect` tells its own functions from the
+/// SDK's defaults by the module's `capabilities`, not by its exports.
+#[test]
+fn inspect_tells_what_a_module_implements_from_its_defaults() {
+    let node = Node::new();
+    let (ok, minimal) = describe(&node, &minimal_module());
+    assert!(ok, "{minimal}");
+    assert_eq!(minimal["exports_migrate"], true, "exported all the same");
+    assert_eq!(origin(&minimal, "migrate.import-state"), "not-implemented");
+    assert_eq!(origin(&minimal, "nodes.release-node"), "not-implemented");
+    assert_eq!(origin(&minimal, "inspect.allocations"), "module");
+    assert_eq!(origin(&minimal, "handler.check"), "derived");
+    let printed = text(&node, &minimal_module());
+    for line in [
+        "inspect   yes ",
+        "migrate   default (not implemented) ",
+        "nodes     default (not implemented) ",
+    ] {
+        assert!(printed.contains(line), "{line:?} not in:\n{printed}");
+    }
+
+    let (ok, host_local) = describe(&node, &host_local_module());
+    assert!(ok, "{host_local}");
+    assert_eq!(origin(&host_local, "migrate.import-state"), "module");
+    assert_eq!(origin(&host_local, "handler.gc"), "module");
+    assert_eq!(origin(&host_local, "nodes.release-node"), "not-implemented");
+    let printed = text(&node, &host_local_module());
+    assert!(printed.contains("migrate   yes "), "{printed}");
+    assert!(
+        printed.contains("nodes     default (not implemented) "),
+        "{printed}"
+    );
+}
+
 #[test]
 fn inspect_describes_a_module_and_why_it_is_refused() {
     let node = Node::new();
     let (ok, d) = describe(&node, &host_local_module());
     assert!(ok, "{d}");
-    assert_eq!(d["contract"], "cni:ipam@0.2.1");
+    assert_eq!(d["contract"], "cni:ipam@0.2.2");
     assert_eq!(d["exports_inspect"], true);
     assert_eq!(d["exports_migrate"], true);
     assert_eq!(d["exports_nodes"], true);
@@ -230,7 +286,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i["name"] == "cni:ipam/store@0.2.1" && i["provided"] == true),
+            .any(|i| i["name"] == "cni:ipam/store@0.2.2" && i["provided"] == true),
         "{d}"
     );
     // Described again, it comes from the cache the first run filled.
@@ -249,6 +305,19 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     assert_eq!(d["contract"], "cni:ipam@0.2.0");
     assert_eq!(d["exports_inspect"], true);
     assert_eq!(d["exports_nodes"], false);
+    // It cannot say which functions it implements: its exports are all `inspect` knows.
+    assert!(d["functions"].is_null(), "{d}");
+    assert!(
+        d["functions_unknown"]
+            .as_str()
+            .unwrap()
+            .contains("does not export cni:ipam/capabilities"),
+        "{d}"
+    );
+    assert!(
+        text(&node, &legacy_v0_2_module())
+            .contains("migrate   exported (implemented or not: unknown)"),
+    );
     assert!(
         d["imports"]
             .as_array()
@@ -278,7 +347,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
         d["refused_because"]
             .as_str()
             .unwrap()
-            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.1, or 0.1.0)"),
+            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.2, or 0.1.0)"),
         "{d}"
     );
 

@@ -3,6 +3,7 @@
 //! code, store and log.
 
 mod abandoned;
+mod authoring;
 mod bad_input;
 mod cache;
 mod contract;

@@ -544,6 +544,7 @@ fn result(conf: &Conf, ips: &[IpAddr]) -> IpamResult {
 
 pub struct ClusterPool;
 
+#[wasm_ipam_guest::ipam_module]
 impl IpamModule for ClusterPool {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
         let conf = Conf::of(request)?;

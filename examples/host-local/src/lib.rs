@@ -66,6 +66,7 @@ fn release_taken(store: &mut impl Store, taken: usize, id: &str, ifname: &str, p
 /// The exported module.
 pub struct HostLocal;
 
+#[wasm_ipam_guest::ipam_module]
 impl IpamModule for HostLocal {
     /// host-local's cmdAdd: one address per range set, a requested address going to
     /// the first set that contains it; on failure what was taken is released again.

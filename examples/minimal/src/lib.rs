@@ -5,6 +5,7 @@ struct Ipam {
     addresses: Vec<String>,
 }
 pub struct Minimal;
+#[ipam_module]
 impl IpamModule for Minimal {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
         let held = store.list("a/");

@@ -1,16 +1,17 @@
-"""The component's exports: `cni:ipam@0.2.1`'s handler, inspect, migrate and nodes,
-over the pure functions of `static_ipam`.
+"""The component's exports: `cni:ipam@0.2.2`'s handler, inspect, migrate, nodes and
+capabilities, over the pure functions of `static_ipam`.
 
 static keeps no state, so this module never touches the store: DEL, GC and STATUS
 succeed with nothing to do, and `inspect` answers honestly that nothing is allocated
 (`wasm-ipam list` shows no addresses, `stats` no pools). There is nothing to take
 over from another plugin, so `migrate` refuses every format, and nothing is kept per
-node, so `nodes` has nothing to release.
+node, so `nodes` has nothing to release; `capabilities` says those two are not
+implemented.
 """
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports import inspect, migrate, nodes
+from wit_world.exports import capabilities, inspect, migrate, nodes
 from wit_world.imports import types
 
 import static_ipam
@@ -113,3 +114,22 @@ class Nodes(exports.Nodes):
                 details="",
             )
         )
+
+
+class Capabilities(exports.Capabilities):
+    def functions(self) -> list[capabilities.Function]:
+        """Everything above is this module's own answer, but migrate and nodes only
+        say they do not apply (`wasm-ipam inspect` shows them as not implemented)."""
+        origin = capabilities.Origin
+        not_implemented = {"migrate.import-state", "nodes.release-node"}
+        names = [
+            "handler.add", "handler.del", "handler.check", "handler.gc", "handler.status",
+            "inspect.allocations", "inspect.pools", "migrate.import-state", "nodes.release-node",
+        ]
+        return [
+            capabilities.Function(
+                name=name,
+                origin=origin.NOT_IMPLEMENTED if name in not_implemented else origin.MODULE,
+            )
+            for name in names
+        ]

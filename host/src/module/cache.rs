@@ -59,6 +59,11 @@ pub fn engine_key() -> String {
 }
 
 impl ModuleCache {
+    /// The cache directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Opens the cache at `dir`, creating it (mode 0700) if missing, and refuses it
     /// unless it is a directory owned by the running user that group and others cannot
     /// write to.

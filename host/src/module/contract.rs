@@ -20,7 +20,7 @@ pub enum Contract {
 
 impl Contract {
     /// `wit/ipam.wit`: what the host's bindings, the SDK and the examples are built from.
-    pub const CURRENT: Contract = Contract::V0_2 { patch: 1 };
+    pub const CURRENT: Contract = Contract::V0_2 { patch: 2 };
 
     pub fn version(self) -> String {
         match self {
@@ -29,7 +29,7 @@ impl Contract {
         }
     }
 
-    /// `cni:ipam@0.2.1`.
+    /// `cni:ipam@0.2.2`.
     pub fn name(self) -> String {
         format!("cni:ipam@{}", self.version())
     }
@@ -121,6 +121,8 @@ pub struct Interfaces {
     pub migrate: bool,
     /// `nodes` (since 0.2.1), for `release-node`.
     pub nodes: bool,
+    /// `capabilities` (since 0.2.2): which functions it implements, for `inspect`.
+    pub capabilities: bool,
 }
 
 impl Interfaces {
@@ -156,6 +158,7 @@ impl Interfaces {
             inspect: on_0_2("inspect"),
             migrate: on_0_2("migrate"),
             nodes: on_0_2("nodes"),
+            capabilities: on_0_2("capabilities"),
             imports,
             exports,
         }

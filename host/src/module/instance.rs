@@ -14,7 +14,7 @@
 use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
-use crate::module::bindings::{handler, inspect, migrate, nodes, types, v0_1};
+use crate::module::bindings::{capabilities, handler, inspect, migrate, nodes, types, v0_1};
 use crate::module::cache::ModuleCache;
 use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
 use crate::module::engine::{engine, engine_error};
@@ -51,6 +51,7 @@ pub struct LoadedModule {
     inspect: Option<inspect::GuestIndices>,
     migrate: Option<migrate::GuestIndices>,
     nodes: Option<nodes::GuestIndices>,
+    capabilities: Option<capabilities::GuestIndices>,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -69,6 +70,9 @@ impl LoadedModule {
     pub fn exports_nodes(&self) -> bool {
         self.nodes.is_some()
     }
+    pub fn exports_capabilities(&self) -> bool {
+        self.capabilities.is_some()
+    }
 
     /// Why the module cannot be asked `work`: it lacks the export. Checked before the
     /// lock, so nothing waits for a question the module cannot answer.
@@ -78,6 +82,7 @@ impl LoadedModule {
             Work::Allocations(_) | Work::Pools(_) => (self.exports_inspect(), "inspect", "0.2.0"),
             Work::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
             Work::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
+            Work::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
         };
         (!exported).then(|| {
             CniError::new(
@@ -118,6 +123,8 @@ pub enum Work {
     Import(Import),
     /// `nodes.release-node`.
     ReleaseNode(ReleaseNode),
+    /// `capabilities.functions`.
+    Capabilities,
 }
 
 #[derive(Clone)]
@@ -145,6 +152,7 @@ pub enum Answer {
     Pools(Vec<inspect::Pool>),
     Imported(migrate::ImportReport),
     Released(nodes::ReleaseReport),
+    Capabilities(Vec<capabilities::Function>),
 }
 
 /// What a guest call left behind, whether it succeeded or not.
@@ -298,12 +306,20 @@ impl ModuleHost {
             }
             false => None,
         };
+        let capabilities = match interfaces.capabilities {
+            true => Some(
+                capabilities::GuestIndices::new(&pre)
+                    .map_err(|e| rejected(&without("capabilities"), e))?,
+            ),
+            false => None,
+        };
         Ok(LoadedModule {
             pre,
             handler,
             inspect,
             migrate,
             nodes,
+            capabilities,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -453,6 +469,15 @@ async fn ask(
                 .await?
                 .map(Answer::Released)
                 .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Capabilities => match &module.capabilities {
+            Some(indices) => Ok(Answer::Capabilities(
+                indices
+                    .load(&mut *store, instance)?
+                    .call_functions(&mut *store)
+                    .await?,
+            )),
             None => unreachable!("refused above"),
         },
     })

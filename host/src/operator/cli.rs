@@ -145,6 +145,13 @@ enum Operation {
     /// module dir, the main plugins linked into the bin dir, the module compiled into
     /// the cache, and a conflist (bridge + wasm-ipam) named to sort first. Idempotent.
     Install(crate::operator::install::Install),
+    /// Make one CNI call to a module as a runtime would (this binary, the CNI
+    /// environment, the netconf on stdin), on a state directory of its own: no root,
+    /// network namespace or main plugin. Prints the CNI result or error.
+    Try(crate::operator::try_call::TryCall),
+    /// Make a module project in ./NAME (Rust, or Python with componentize-py) that
+    /// builds with one command and passes its own unit test.
+    New(crate::operator::new::New),
     /// Remove a network whose configuration is gone: its store entries and its record.
     /// Refused while its module reports allocations, or cannot be asked, unless
     /// --force.
@@ -510,6 +517,22 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 notes,
             })
         }
+        Operation::New(args) => {
+            let (text, notes) = crate::operator::new::new(&args)?;
+            Ok(Output {
+                text,
+                notes,
+                failed: false,
+            })
+        }
+        Operation::Try(args) => {
+            let (text, failed) = crate::operator::try_call::try_call(&args)?;
+            Ok(Output {
+                text,
+                notes: Vec::new(),
+                failed,
+            })
+        }
         Operation::Forget {
             network,
             store,
@@ -643,7 +666,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             for name in &network {
                 let served_by = match (&module, &named) {
                     (Some(module), _) => ServedBy {
-                        module: module.clone(),
+                        // A netconf's module is absolute; --module is resolved here.
+                        module: std::path::absolute(module).unwrap_or_else(|_| module.clone()),
                         sha256: String::new(),
                         contract: String::new(),
                         config: None,

@@ -2,13 +2,22 @@
 //! wrote it and the operator about to deploy it. It goes through the same steps a
 //! call does (read, digest, compile or load from the cache, check imports and
 //! exports, link) and says where a module stops and exactly why.
+//!
+//! An export alone does not say a module does the work: every SDK module exports
+//! `migrate`, most answering "not implemented". So a module that exports
+//! `cni:ipam/capabilities` (0.2.2) is asked which functions are its own, through the
+//! same locked pipeline as any question to a module, on a private lock and store that
+//! exist only for this question.
 
-use crate::error::CniError;
+use crate::config::HostIpamConfig;
+use crate::error::{CniError, code};
 use crate::limits::Limits;
+use crate::module::bindings::capabilities::Origin;
 use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
-use crate::module::instance::{Compiled, ModuleHost};
+use crate::module::instance::{Answer, Compiled, ModuleHost, Work};
 use crate::module::trust::{Policies, SignatureFile};
+use crate::pipeline::{self, Label, Network, Writes};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;
@@ -23,13 +32,18 @@ pub struct Description {
     pub signed_by: Option<String>,
     /// What the trust policies (the node's and `--trust-policy`) say of it.
     pub trust: String,
-    /// `cni:ipam@0.2.1`, if the module exports a handler of a version the host runs.
+    /// `cni:ipam@0.2.2`, if the module exports a handler of a version the host runs.
     pub contract: Option<String>,
     pub exports_inspect: bool,
     pub exports_migrate: bool,
     pub exports_nodes: bool,
     pub imports: Vec<Import>,
     pub exports: Vec<String>,
+    /// Each exported function and where its answer comes from (`module`, `derived`,
+    /// `not-implemented`), as the module's `capabilities` says; `None` when it cannot
+    /// be asked (`functions_unknown` says why).
+    pub functions: Option<Vec<Function>>,
+    pub functions_unknown: Option<String>,
     pub accepted: bool,
     /// Why the host refuses it, as a call would say.
     pub refused_because: Option<String>,
@@ -43,6 +57,13 @@ pub struct Description {
 pub struct Import {
     pub name: String,
     pub provided: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Function {
+    /// `handler.check`, as in the WIT.
+    pub name: String,
+    pub origin: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,6 +109,8 @@ pub fn describe(
         exports_nodes: false,
         imports: Vec::new(),
         exports: Vec::new(),
+        functions: None,
+        functions_unknown: None,
         accepted: false,
         refused_because: None,
         cached_before,
@@ -128,17 +151,119 @@ pub fn describe(
         })
         .collect();
     description.exports = interfaces.exports.clone();
+    let asks_capabilities = interfaces.capabilities;
     match host.link(path, compiled) {
         Ok(_) => description.accepted = true,
         Err(e) => description.refused_because = Some(e.to_string()),
     }
+    if description.accepted && asks_capabilities {
+        match capabilities(path, cache, limits) {
+            Ok(functions) => description.functions = Some(functions),
+            Err(e) => description.functions_unknown = Some(e.to_string()),
+        }
+    } else if description.accepted {
+        description.functions_unknown = Some(format!(
+            "the module does not export cni:ipam/capabilities (since cni:ipam@0.2.2; it targets {})",
+            description
+                .contract
+                .as_deref()
+                .unwrap_or("an older contract")
+        ));
+    }
     Ok(description)
 }
 
+/// The module's answer to `capabilities.functions`, asked as an operator command asks
+/// a network's module, on a lock and store private to this question (the answer is
+/// the module's alone: it reads no store, and no call could be waiting on them).
+fn capabilities(
+    path: &Path,
+    cache: Option<&ModuleCache>,
+    limits: &Limits,
+) -> Result<Vec<Function>, CniError> {
+    let private = tempfile::tempdir().map_err(|e| {
+        CniError::new(code::IO_FAILURE, "cannot make a private directory").with_details(e)
+    })?;
+    let module = std::path::absolute(path).map_err(|e| {
+        CniError::new(
+            code::IO_FAILURE,
+            format!("cannot resolve {}", path.display()),
+        )
+        .with_details(e)
+    })?;
+    let mut ipam = HostIpamConfig::defaults(module)?;
+    ipam.lock_file = private.path().join("ipam.lock");
+    ipam.data_dir = private.path().join("data");
+    ipam.cache_dir = match cache {
+        Some(cache) => cache.dir().to_path_buf(),
+        None => private.path().join("cache"),
+    };
+    ipam.limits = *limits;
+    let network = Network {
+        name: "inspect".to_string(),
+        ipam,
+        config: None,
+    };
+    let ran = pipeline::run(
+        &network,
+        &Label::operator("inspect"),
+        &|| false,
+        |session| session.ask(Work::Capabilities, Writes::ReadOnly),
+    );
+    match ran.result? {
+        Answer::Capabilities(functions) => Ok(functions
+            .into_iter()
+            .map(|f| Function {
+                name: f.name,
+                origin: match f.origin {
+                    Origin::Module => "module",
+                    Origin::Derived => "derived",
+                    Origin::NotImplemented => "not-implemented",
+                },
+            })
+            .collect()),
+        _ => unreachable!("asked capabilities"),
+    }
+}
+
+fn origin_text(origin: &str) -> &'static str {
+    match origin {
+        "module" => "implemented",
+        "derived" => "default (built on what it implements)",
+        _ => "default (not implemented)",
+    }
+}
+
 impl Description {
+    /// Whether the module does what `interface` is for: `no` if it does not export
+    /// it; else, by its `capabilities`, `yes` if one of its functions is the module's
+    /// own, the default's kind if none is; `exported` when the module does not say.
+    fn implements(&self, interface: &str, exported: bool) -> &'static str {
+        if !exported {
+            return "no";
+        }
+        let Some(functions) = &self.functions else {
+            return "exported (implemented or not: unknown)";
+        };
+        let prefix = format!("{interface}.");
+        let origins: Vec<&str> = functions
+            .iter()
+            .filter(|f| f.name.starts_with(&prefix))
+            .map(|f| f.origin)
+            .collect();
+        if origins.contains(&"module") {
+            "yes"
+        } else if origins.contains(&"derived") {
+            "default (built on what it implements)"
+        } else if origins.is_empty() {
+            "exported (implemented or not: unknown)"
+        } else {
+            "default (not implemented)"
+        }
+    }
+
     pub fn text(&self) -> String {
         let mut out = String::new();
-        let yes = |b: bool| if b { "yes" } else { "no" };
         let _ = writeln!(out, "module    {}", self.module);
         let _ = writeln!(out, "sha256    {}", self.sha256);
         let _ = writeln!(out, "size      {} bytes", self.size);
@@ -156,21 +281,21 @@ impl Description {
             "contract  {}",
             self.contract.as_deref().unwrap_or("none the host runs")
         );
-        let _ = writeln!(
-            out,
-            "inspect   {} (wasm-ipam list and stats)",
-            yes(self.exports_inspect)
-        );
-        let _ = writeln!(
-            out,
-            "migrate   {} (wasm-ipam import-host-local)",
-            yes(self.exports_migrate)
-        );
-        let _ = writeln!(
-            out,
-            "nodes     {} (wasm-ipam release-node)",
-            yes(self.exports_nodes)
-        );
+        for (interface, exported, command) in [
+            ("inspect", self.exports_inspect, "wasm-ipam list and stats"),
+            (
+                "migrate",
+                self.exports_migrate,
+                "wasm-ipam import-host-local",
+            ),
+            ("nodes", self.exports_nodes, "wasm-ipam release-node"),
+        ] {
+            let _ = writeln!(
+                out,
+                "{interface:<9} {:<38} {command}",
+                self.implements(interface, exported)
+            );
+        }
         let _ = writeln!(out, "imports");
         for import in &self.imports {
             let provided = if import.provided {
@@ -183,6 +308,18 @@ impl Description {
         let _ = writeln!(out, "exports");
         for export in &self.exports {
             let _ = writeln!(out, "  {export}");
+        }
+        match (&self.functions, &self.functions_unknown) {
+            (Some(functions), _) => {
+                let _ = writeln!(out, "functions (as the module's capabilities say)");
+                for f in functions {
+                    let _ = writeln!(out, "  {:<44} {}", f.name, origin_text(f.origin));
+                }
+            }
+            (None, Some(why)) => {
+                let _ = writeln!(out, "functions unknown: {why}");
+            }
+            (None, None) => {}
         }
         match &self.refused_because {
             None => {

@@ -1,5 +1,6 @@
 //! The operators' commands (`wasm-ipam install | list | stats | inspect | forget |
-//! gc | release-node | precompile | pull | push | store | import-host-local`): what a person on the node runs, beside the CNI calls the
+//! gc | release-node | precompile | pull | push | store | import-host-local | try |
+//! new`): what a person on the node runs, beside the CNI calls the
 //! runtime makes. `ask` is how they reach a network's module.
 
 pub mod ask;
@@ -12,6 +13,8 @@ pub mod install;
 pub mod inventory;
 pub mod log_tail;
 pub mod metrics;
+pub mod new;
 pub mod oci;
 pub mod release_node;
 pub mod runtime;
+pub mod try_call;

@@ -404,6 +404,6 @@ fn stamp(work: &mut Work, deadline: Deadline) {
         Work::Handle(request, _) => request.lock_granted_at = at,
         Work::Allocations(context) | Work::Pools(context) => context.now = at,
         Work::ReleaseNode(release) => release.context.now = at,
-        Work::Import(_) => {}
+        Work::Import(_) | Work::Capabilities => {}
     }
 }

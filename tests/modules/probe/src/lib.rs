@@ -223,6 +223,7 @@ fn run(request: &Request, store: &mut impl Store) -> Result<(Probe, Option<u64>)
 /// CHECK and STATUS are read-only in the SDK's signatures, yet the probe's `write`
 /// and `flood` must reach the host on every command (the host stages and discards
 /// them like any other), so those two run on the host's store as the others do.
+#[wasm_ipam_guest::ipam_module]
 impl IpamModule for ProbeModule {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
         let (probe, seen) = run(request, store)?;

@@ -1,0 +1,198 @@
+//! `wasm-ipam new NAME [--lang rust|python]`: a module project that builds with one
+//! command and passes its own unit test, so an author starts from a module that
+//! answers `wasm-ipam try` and changes it, rather than from `cargo init` and a list
+//! of things to know (the SDK's path, the crate type, the contract's WIT).
+//!
+//! The templates are in the binary (`new/`), so what it writes matches the contract
+//! this binary runs: the Rust crate depends on the SDK of the checkout the binary was
+//! built from (or `--sdk`), and the Python project carries this binary's WIT.
+
+use crate::error::{CniError, code};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// The language a module is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Rust,
+    Python,
+}
+
+/// `wasm-ipam new`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct New {
+    /// The module's name: the directory made, and the crate or component name.
+    pub name: String,
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    pub lang: Lang,
+    /// The SDK crate (`guest/` of a wasm-ipam checkout), for a Rust module. Default:
+    /// the one this binary was built with.
+    #[arg(long)]
+    pub sdk: Option<PathBuf>,
+}
+
+/// The SDK of the checkout this binary was built from.
+const BUILT_WITH_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest");
+
+/// One file of a template: its path in the project, its text, whether it is run.
+struct Template {
+    path: &'static str,
+    text: &'static str,
+    executable: bool,
+}
+
+const fn file(path: &'static str, text: &'static str) -> Template {
+    Template {
+        path,
+        text,
+        executable: false,
+    }
+}
+
+const RUST: &[Template] = &[
+    file("Cargo.toml", include_str!("new/rust/Cargo.toml")),
+    file("src/lib.rs", include_str!("new/rust/src/lib.rs")),
+    file("net.json", include_str!("new/rust/net.json")),
+    file("README.md", include_str!("new/rust/README.md")),
+    file(".gitignore", include_str!("new/rust/gitignore")),
+];
+
+const PYTHON: &[Template] = &[
+    file("ipam.py", include_str!("new/python/ipam.py")),
+    file("app.py", include_str!("new/python/app.py")),
+    file("test_ipam.py", include_str!("new/python/test_ipam.py")),
+    Template {
+        path: "build.sh",
+        text: include_str!("new/python/build.sh"),
+        executable: true,
+    },
+    file("wit/ipam.wit", include_str!("../../../wit/ipam.wit")),
+    file("net.json", include_str!("new/python/net.json")),
+    file("README.md", include_str!("new/python/README.md")),
+    file(".gitignore", include_str!("new/python/gitignore")),
+];
+
+/// Makes the project in `./NAME`; answers what it wrote and what to run next, and a
+/// note naming the SDK a Rust crate uses.
+pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
+    let name = &args.name;
+    let valid = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(CniError::new(
+            code::INVALID_NETWORK_CONFIG,
+            format!(
+                "{name:?} cannot name a module: a letter, then letters, digits, - or _ (at most 64)"
+            ),
+        ));
+    }
+    let lib = name.replace('-', "_");
+    let dir = Path::new(name);
+    if dir.exists() {
+        return Err(CniError::new(
+            code::IO_FAILURE,
+            format!("{name} already exists; nothing was written"),
+        ));
+    }
+    let mut notes = Vec::new();
+    let (templates, sdk) = match args.lang {
+        Lang::Rust => {
+            let sdk = sdk_dir(args.sdk.as_deref())?;
+            notes.push(format!("the SDK: {}", sdk.display()));
+            (RUST, format!("path = {:?}", sdk.to_string_lossy()))
+        }
+        Lang::Python => (PYTHON, String::new()),
+    };
+    let mut text = format!("made {name}/:\n");
+    for template in templates {
+        let path = dir.join(template.path);
+        let contents = template
+            .text
+            .replace("{{name}}", name)
+            .replace("{{lib}}", &lib)
+            .replace("{{sdk}}", &sdk);
+        write(&path, &contents, template.executable)?;
+        text.push_str(&format!("  {}\n", template.path));
+    }
+    text.push_str("next:\n");
+    let next: &[String] = match args.lang {
+        Lang::Rust => &[
+            format!("cd {name}"),
+            "cargo test".into(),
+            "cargo build --target wasm32-wasip2 --release".into(),
+            format!("wasm-ipam try target/wasm32-wasip2/release/{lib}.wasm ADD --config net.json"),
+        ],
+        Lang::Python => &[
+            format!("cd {name}"),
+            "python3 -m unittest".into(),
+            "./build.sh".into(),
+            format!("wasm-ipam try {lib}.wasm ADD --config net.json"),
+        ],
+    };
+    for step in next {
+        text.push_str(&format!("  {step}\n"));
+    }
+    Ok((text, notes))
+}
+
+/// The SDK crate a Rust module depends on: `--sdk`, else the one this binary was
+/// built with, if it is still there.
+fn sdk_dir(given: Option<&Path>) -> Result<PathBuf, CniError> {
+    let (dir, whence) = match given {
+        Some(dir) => (dir.to_path_buf(), "--sdk"),
+        None => (
+            PathBuf::from(BUILT_WITH_SDK),
+            "the SDK this binary was built with",
+        ),
+    };
+    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
+    if !manifest.contains("name = \"wasm-ipam-guest\"") {
+        return Err(CniError::new(
+            code::IO_FAILURE,
+            format!(
+                "{whence}, {}, is not the wasm-ipam-guest crate; pass --sdk PATH (guest/ of a wasm-ipam checkout)",
+                dir.display()
+            ),
+        ));
+    }
+    dir.canonicalize()
+        .map_err(|e| CniError::new(code::IO_FAILURE, format!("{}: {e}", dir.display())))
+}
+
+fn write(path: &Path, contents: &str, executable: bool) -> Result<(), CniError> {
+    let failed = |e: std::io::Error| {
+        CniError::new(code::IO_FAILURE, format!("cannot write {}", path.display())).with_details(e)
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(failed)?;
+    }
+    std::fs::write(path, contents).map_err(failed)?;
+    if executable {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(failed)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_python_template_carries_this_binarys_contract() {
+        let wit = PYTHON.iter().find(|t| t.path == "wit/ipam.wit").unwrap();
+        let current = crate::module::contract::Contract::CURRENT.name();
+        let package = current.replace("cni:ipam@", "package cni:ipam@");
+        assert!(wit.text.contains(&package), "{package}");
+    }
+
+    #[test]
+    fn the_sdk_this_binary_was_built_with_is_found() {
+        let sdk = sdk_dir(None).unwrap();
+        assert!(sdk.join("src/lib.rs").exists(), "{}", sdk.display());
+        let err = sdk_dir(Some(Path::new("/nonexistent"))).unwrap_err();
+        assert!(err.msg.contains("pass --sdk PATH"), "{}", err.msg);
+    }
+}

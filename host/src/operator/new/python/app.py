@@ -1,0 +1,100 @@
+"""The component's exports (`cni:ipam@0.2.2`, wit/ipam.wit): each interface is a class
+named after it, one method per function, over the pure logic of `ipam.py`. A method
+returns its value, or raises `Err` with a CNI error. `del` is `del_`, since `del` is a
+Python keyword. The host's store is passed to `ipam` as its store."""
+
+from componentize_py_types import Err
+from wit_world import exports
+from wit_world.exports import capabilities, inspect
+from wit_world.imports import store, types
+
+import ipam
+from ipam import CniError
+
+
+def failed(e: CniError) -> Err:
+    return Err(types.Error(code=e.code, msg=e.msg, details=""))
+
+
+class Handler(exports.Handler):
+    def add(self, request: types.Request) -> types.IpamResult:
+        try:
+            address = ipam.add(store, request.config, request.container_id, request.ifname)
+        except CniError as e:
+            raise failed(e)
+        return types.IpamResult(
+            ips=[types.IpConfig(address=address, gateway=None)],
+            routes=[],
+            dns=types.Dns(nameservers=[], domain=None, search=[], options=[]),
+        )
+
+    def del_(self, request: types.Request) -> None:
+        ipam.delete(store, request.container_id, request.ifname)
+
+    def check(self, request: types.Request) -> None:
+        try:
+            ipam.check(store, request.container_id, request.ifname)
+        except CniError as e:
+            raise failed(e)
+
+    def gc(self, request: types.Request, valid_attachments: list[types.Attachment]) -> None:
+        ipam.gc(store, {ipam.owner(a.container_id, a.ifname) for a in valid_attachments})
+
+    def status(self, request: types.Request) -> None:
+        return None
+
+
+class Inspect(exports.Inspect):
+    def allocations(self, context: inspect.Context) -> list[inspect.Allocation]:
+        return [
+            inspect.Allocation(
+                address=address, container_id=container_id, ifname=ifname,
+                since=None, attributes=[],
+            )
+            for address, container_id, ifname in ipam.allocations(store)
+        ]
+
+    def pools(self, context: inspect.Context) -> list[inspect.Pool]:
+        if context.config is None:
+            return []
+        try:
+            name, capacity, in_use = ipam.pool(store, context.config)
+        except CniError as e:
+            raise failed(e)
+        return [
+            inspect.Pool(
+                name=name, capacity=capacity, in_use=in_use, excluded=0,
+                cooling_down=0, free=max(capacity - in_use, 0),
+            )
+        ]
+
+
+class Migrate(exports.Migrate):
+    def import_state(self, format, network_name, config, files):
+        raise failed(CniError(ipam.NOT_IMPLEMENTED, f"this module cannot import format {format!r}"))
+
+
+class Nodes(exports.Nodes):
+    def release_node(self, context, node, dry_run):
+        raise failed(CniError(ipam.NOT_IMPLEMENTED, f"this module keeps nothing per node {node!r}"))
+
+
+class Capabilities(exports.Capabilities):
+    """What `wasm-ipam inspect` shows as implemented: keep it true when you change the
+    classes above."""
+
+    def functions(self) -> list[capabilities.Function]:
+        not_implemented = {"migrate.import-state", "nodes.release-node"}
+        return [
+            capabilities.Function(
+                name=name,
+                origin=capabilities.Origin.NOT_IMPLEMENTED
+                if name in not_implemented
+                else capabilities.Origin.MODULE,
+            )
+            for name in [
+                "handler.add", "handler.del", "handler.check", "handler.gc",
+                "handler.status", "inspect.allocations", "inspect.pools",
+                "migrate.import-state", "nodes.release-node",
+            ]
+        ]

@@ -1,0 +1,85 @@
+"""The module's logic, pure: it hands out the addresses of one range in order, one per
+attachment, kept as `ip/<address>` -> `<container id>/<ifname>` in the store it is
+given (the host's in the component, a dict in `test_ipam.py`)."""
+
+import ipaddress
+import json
+
+NOT_IMPLEMENTED = 121  # the SDK's code for "this module does not do that"
+POOL_FULL = 140  # the first code a module may use for its own failures
+
+
+class CniError(Exception):
+    def __init__(self, code: int, msg: str):
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+
+
+def read_range(config: str):
+    ipam = json.loads(config).get("ipam", {})
+    try:
+        start = ipaddress.IPv4Address(ipam["start"])
+        end = ipaddress.IPv4Address(ipam["end"])
+        return start, end, int(ipam["prefixLen"])
+    except (KeyError, ValueError) as e:
+        raise CniError(7, f"invalid ipam configuration: {e!r}")
+
+
+def addresses(start, end):
+    return [ipaddress.IPv4Address(n) for n in range(int(start), int(end) + 1)]
+
+
+def owner(container_id: str, ifname: str) -> bytes:
+    return f"{container_id}/{ifname}".encode()
+
+
+def add(store, config: str, container_id: str, ifname: str) -> str:
+    """The attachment's own address again if it has one (a retried ADD), else the
+    first free one, as `address/prefix`."""
+    start, end, prefix_len = read_range(config)
+    me = owner(container_id, ifname)
+    held = {ip: store.get(f"ip/{ip}") for ip in addresses(start, end)}
+    mine = [ip for ip, who in held.items() if who == me]
+    free = [ip for ip, who in held.items() if who is None]
+    if not mine and not free:
+        raise CniError(POOL_FULL, "no address left in the range")
+    ip = (mine + free)[0]
+    store.put(f"ip/{ip}", me)
+    return f"{ip}/{prefix_len}"
+
+
+def delete(store, container_id: str, ifname: str) -> None:
+    me = owner(container_id, ifname)
+    for key, who in store.list_prefix("ip/"):
+        if who == me:
+            store.delete(key)
+
+
+def check(store, container_id: str, ifname: str) -> None:
+    me = owner(container_id, ifname)
+    if all(who != me for _, who in store.list_prefix("ip/")):
+        raise CniError(3, "no address is allocated to this attachment")
+
+
+def gc(store, valid: set) -> None:
+    """Releases every address no attachment of `valid` (owners, as `owner` makes
+    them) holds."""
+    for key, who in store.list_prefix("ip/"):
+        if who not in valid:
+            store.delete(key)
+
+
+def allocations(store):
+    """(address, container id, ifname) of each address handed out."""
+    held = []
+    for key, who in store.list_prefix("ip/"):
+        container_id, _, ifname = who.decode(errors="replace").partition("/")
+        held.append((key[len("ip/"):], container_id, ifname))
+    return held
+
+
+def pool(store, config: str):
+    """(name, capacity, in use) of the range."""
+    start, end, _ = read_range(config)
+    return f"{start}-{end}", int(end) - int(start) + 1, len(store.list_prefix("ip/"))

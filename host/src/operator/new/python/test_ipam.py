@@ -1,0 +1,45 @@
+"""The module's logic over a dict standing in for the host's store: `python3 -m
+unittest`, no host and no component needed."""
+
+import json
+import unittest
+
+import ipam
+
+CONFIG = json.dumps({"ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24}})
+
+
+class DictStore:
+    """The host store's functions (`get`, `put`, `delete`, `list_prefix`) over a dict."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def get(self, key):
+        return self.entries.get(key)
+
+    def put(self, key, value):
+        self.entries[key] = value
+
+    def delete(self, key):
+        return self.entries.pop(key, None) is not None
+
+    def list_prefix(self, prefix):
+        return sorted((k, v) for k, v in self.entries.items() if k.startswith(prefix))
+
+
+class HandsOutTheRange(unittest.TestCase):
+    def test_in_order_and_takes_it_back(self):
+        store = DictStore()
+        self.assertEqual(ipam.add(store, CONFIG, "a", "eth0"), "10.99.0.10/24")
+        self.assertEqual(ipam.add(store, CONFIG, "a", "eth0"), "10.99.0.10/24")
+        self.assertEqual(ipam.add(store, CONFIG, "b", "eth0"), "10.99.0.11/24")
+        with self.assertRaises(ipam.CniError):
+            ipam.add(store, CONFIG, "c", "eth0")
+        ipam.delete(store, "a", "eth0")
+        self.assertEqual(ipam.add(store, CONFIG, "c", "eth0"), "10.99.0.10/24")
+        self.assertEqual(ipam.allocations(store), [("10.99.0.10", "c", "eth0"), ("10.99.0.11", "b", "eth0")])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,272 @@
+//! `wasm-ipam try MODULE ADD|DEL|CHECK|GC|STATUS`: one CNI call to a module, for its
+//! author, without root, a network namespace or a main plugin. It is made exactly as
+//! a runtime makes it: this same binary is run with the CNI environment and the
+//! netconf on stdin, so the call goes through `call::handle` and the one pipeline
+//! (lock, deadline, store, commit) and answers what a runtime would read.
+//!
+//! The netconf it writes keeps everything under one state directory (lock, store,
+//! cache, log), private and removed afterwards, or kept with `--state` so a sequence
+//! of calls shares a store, as the calls of one node do.
+
+use crate::cni::CURRENT_VERSION;
+use crate::error::{CniError, code};
+use serde_json::{Map, Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The CNI commands a runtime sends to an IPAM plugin (VERSION needs no module).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CniCommand {
+    #[value(name = "ADD")]
+    Add,
+    #[value(name = "DEL")]
+    Del,
+    #[value(name = "CHECK")]
+    Check,
+    #[value(name = "GC")]
+    Gc,
+    #[value(name = "STATUS")]
+    Status,
+}
+
+impl CniCommand {
+    fn name(self) -> &'static str {
+        match self {
+            CniCommand::Add => "ADD",
+            CniCommand::Del => "DEL",
+            CniCommand::Check => "CHECK",
+            CniCommand::Gc => "GC",
+            CniCommand::Status => "STATUS",
+        }
+    }
+}
+
+/// `wasm-ipam try`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TryCall {
+    /// The module's .wasm component.
+    pub module: PathBuf,
+    /// The CNI command.
+    #[arg(ignore_case = true)]
+    pub command: CniCommand,
+    /// The container id (`CNI_CONTAINERID`).
+    #[arg(long, default_value = "pod1")]
+    pub id: String,
+    /// The interface (`CNI_IFNAME`).
+    #[arg(long, default_value = "eth0")]
+    pub ifname: String,
+    /// A network configuration to start from (its `ipam` holds the module's keys);
+    /// the module and the state paths are set over it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// An `ipam` key, `KEY=JSON` (a value that is not JSON is taken as a string):
+    /// `--set start=10.99.0.10 --set prefixLen=24`. Repeatable; set over `--config`.
+    #[arg(long = "set", value_name = "KEY=JSON")]
+    pub set: Vec<String>,
+    /// GC: an attachment that is still valid, `ID` or `ID/IFNAME` (repeatable); every
+    /// other is released.
+    #[arg(long = "valid", value_name = "ID[/IFNAME]")]
+    pub valid: Vec<String>,
+    /// Keep the lock, store, cache and log in this directory (made if missing, and
+    /// kept), so successive calls share a store. Default: a private directory removed
+    /// after the call.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Print the allocations after the call (`wasm-ipam list` on the state's store).
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// What `try` prints: the plugin's stdout (the CNI result or error JSON, or for a
+/// command that answers nothing, a line saying it succeeded), then with `--list`
+/// the allocations; and whether the call failed.
+pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
+    let private;
+    let state = match &args.state {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+            std::path::absolute(dir).map_err(|e| io(dir, e))?
+        }
+        None => {
+            private = tempfile::Builder::new()
+                .prefix("wasm-ipam-try-")
+                .tempdir()
+                .map_err(|e| io(&std::env::temp_dir(), e))?;
+            private.path().to_path_buf()
+        }
+    };
+    let netconf = netconf(args, &state)?;
+    let netconf_path = state.join("net.json");
+    std::fs::write(&netconf_path, format!("{netconf:#}\n")).map_err(|e| io(&netconf_path, e))?;
+
+    let this = std::env::current_exe().map_err(|e| {
+        CniError::new(code::IO_FAILURE, "cannot find this binary's path").with_details(e)
+    })?;
+    let bin_dir = this.parent().unwrap_or(Path::new("/"));
+    let mut plugin = Command::new(&this);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("CNI_") {
+            plugin.env_remove(name);
+        }
+    }
+    plugin
+        .env("CNI_COMMAND", args.command.name())
+        .env("CNI_PATH", bin_dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if matches!(
+        args.command,
+        CniCommand::Add | CniCommand::Del | CniCommand::Check
+    ) {
+        plugin
+            .env("CNI_CONTAINERID", &args.id)
+            .env("CNI_IFNAME", &args.ifname);
+    }
+    if matches!(args.command, CniCommand::Add | CniCommand::Check) {
+        // Never entered: an IPAM plugin only passes the path on to its module.
+        plugin.env("CNI_NETNS", "/var/run/netns/wasm-ipam-try");
+    }
+    let mut child = plugin.spawn().map_err(|e| io(&this, e))?;
+    let stdin = serde_json::to_vec(&netconf).expect("JSON serialises");
+    if let Some(mut pipe) = child.stdin.take() {
+        // A plugin that exits before reading its stdin answers all the same.
+        let _ = pipe.write_all(&stdin);
+    }
+    let out = child.wait_with_output().map_err(|e| io(&this, e))?;
+    let failed = !out.status.success();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if text.is_empty() && !failed {
+        text = format!("{} ok (the plugin prints nothing)\n", args.command.name());
+    }
+    if args.list {
+        let listed = Command::new(&this)
+            .arg("list")
+            .arg("--data-dir")
+            .arg(state.join("data"))
+            .arg("--lock-file")
+            .arg(state.join("ipam.lock"))
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| io(&this, e))?;
+        text.push_str(&String::from_utf8_lossy(&listed.stdout));
+    }
+    Ok((text, failed))
+}
+
+/// The network configuration a runtime would pass: `--config`'s (or a bare one),
+/// `--set`'s keys over its `ipam`, the module, and every path the host keeps under
+/// `state`.
+fn netconf(args: &TryCall, state: &Path) -> Result<Value, CniError> {
+    let mut conf: Value = match &args.config {
+        Some(path) => {
+            let text = std::fs::read(path).map_err(|e| io(path, e))?;
+            crate::config::decode(&text)?
+        }
+        None => json!({}),
+    };
+    let object = conf
+        .as_object_mut()
+        .ok_or_else(|| CniError::config("--config must hold a JSON object"))?;
+    object
+        .entry("cniVersion")
+        .or_insert_with(|| CURRENT_VERSION.into());
+    object.entry("name").or_insert_with(|| "try".into());
+    object.entry("type").or_insert_with(|| "wasm-ipam".into());
+    if let CniCommand::Gc = args.command {
+        let valid: Vec<Value> = args
+            .valid
+            .iter()
+            .map(|a| match a.split_once('/') {
+                Some((id, ifname)) => json!({"containerID": id, "ifname": ifname}),
+                None => json!({"containerID": a, "ifname": ""}),
+            })
+            .collect();
+        object.insert("cni.dev/valid-attachments".into(), valid.into());
+    }
+    let ipam = object
+        .entry("ipam")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or_else(|| CniError::config("the configuration's ipam must be an object"))?;
+    for pair in &args.set {
+        let (key, value) = pair
+            .split_once('=')
+            .ok_or_else(|| CniError::config(format!("--set {pair:?}: expected KEY=JSON")))?;
+        let value = serde_json::from_str(value).unwrap_or_else(|_| Value::from(value));
+        ipam.insert(key.to_string(), value);
+    }
+    let module = std::path::absolute(&args.module).map_err(|e| io(&args.module, e))?;
+    ipam.insert("type".into(), "wasm-ipam".into());
+    ipam.insert("module".into(), module.to_string_lossy().into());
+    for (key, path) in [
+        ("lockFile", state.join("ipam.lock")),
+        ("dataDir", state.join("data")),
+        ("cacheDir", state.join("cache")),
+        ("logFile", state.join("ipam.log")),
+    ] {
+        ipam.insert(key.into(), path.to_string_lossy().into());
+    }
+    Ok(conf)
+}
+
+fn io(path: &Path, e: std::io::Error) -> CniError {
+    CniError::new(code::IO_FAILURE, format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(command: CniCommand, set: &[&str]) -> TryCall {
+        TryCall {
+            module: PathBuf::from("/m.wasm"),
+            command,
+            id: "pod1".into(),
+            ifname: "eth0".into(),
+            config: None,
+            set: set.iter().map(|s| s.to_string()).collect(),
+            valid: vec!["kept".into(), "other/net1".into()],
+            state: None,
+            list: false,
+        }
+    }
+
+    #[test]
+    fn the_netconf_keeps_every_path_under_the_state_and_takes_set_keys() {
+        let conf = netconf(
+            &args(
+                CniCommand::Add,
+                &["start=10.99.0.10", "prefixLen=24", "x=[1]"],
+            ),
+            Path::new("/s"),
+        )
+        .unwrap();
+        assert_eq!(conf["cniVersion"], CURRENT_VERSION);
+        assert_eq!(conf["ipam"]["module"], "/m.wasm");
+        assert_eq!(conf["ipam"]["start"], "10.99.0.10", "not JSON: a string");
+        assert_eq!(conf["ipam"]["prefixLen"], 24);
+        assert_eq!(conf["ipam"]["x"], json!([1]));
+        assert_eq!(conf["ipam"]["dataDir"], "/s/data");
+        assert_eq!(conf["ipam"]["lockFile"], "/s/ipam.lock");
+        assert!(conf.get("cni.dev/valid-attachments").is_none());
+        // The host parses it as a runtime's netconf.
+        crate::config::NetConf::parse(conf.to_string().as_bytes()).unwrap();
+    }
+
+    #[test]
+    fn gc_names_the_valid_attachments() {
+        let conf = netconf(&args(CniCommand::Gc, &[]), Path::new("/s")).unwrap();
+        assert_eq!(
+            conf["cni.dev/valid-attachments"],
+            json!([{"containerID": "kept", "ifname": ""}, {"containerID": "other", "ifname": "net1"}])
+        );
+    }
+
+    #[test]
+    fn a_set_without_a_value_is_refused() {
+        let err = netconf(&args(CniCommand::Add, &["start"]), Path::new("/s")).unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+    }
+}

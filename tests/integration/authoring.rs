@@ -1,0 +1,119 @@
+//! The module author's commands beside the tutorial (which needs root and
+//! componentize-py): `wasm-ipam try` makes calls as a runtime does, on a private
+//! state directory it removes or on `--state`'s, and `wasm-ipam new` refuses what it
+//! cannot make cleanly.
+
+use crate::harness::*;
+use std::path::Path;
+use std::process::Command;
+
+const ADDRESSES: &str = r#"addresses=["10.74.0.2/24","10.74.0.3/24"]"#;
+
+/// `wasm-ipam ARGS` in `dir`, with `tmp` as its temporary directory: (exit ok, stdout,
+/// stderr).
+fn run(dir: &Path, tmp: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .env("TMPDIR", tmp)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn try_makes_calls_as_a_runtime_does_and_keeps_state_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let module = minimal_module();
+    let module = module.to_str().unwrap();
+    let try_call = |extra: &[&str]| {
+        let mut args = vec!["try", module];
+        args.extend(extra);
+        run(dir.path(), tmp.path(), &args)
+    };
+
+    // Private: the call answers, and its directory is gone after it.
+    let (ok, stdout, stderr) = try_call(&["ADD", "--set", ADDRESSES]);
+    assert!(ok, "{stdout} {stderr}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["ips"][0]["address"], "10.74.0.2/24");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "private state left behind: {left:?}");
+
+    // --state (relative to where it runs): calls share one store.
+    let state = ["--state", "st", "--set", ADDRESSES];
+    fn with<'a>(args: &[&'a str], state: &[&'a str]) -> Vec<&'a str> {
+        [args, state].concat()
+    }
+    for id in ["a", "b"] {
+        let (ok, stdout, stderr) = try_call(&with(&["ADD", "--id", id], &state));
+        assert!(ok, "{stdout} {stderr}");
+    }
+    let (ok, stdout, _) = try_call(&with(&["ADD", "--id", "c"], &state));
+    assert!(!ok, "the pool is full");
+    let error: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(error["msg"], "pool full");
+    let (ok, stdout, stderr) = try_call(&with(&["STATUS"], &state));
+    assert!(ok, "{stdout} {stderr}");
+    assert_eq!(stdout, "STATUS ok (the plugin prints nothing)\n");
+
+    // GC with one attachment still valid releases the other; --list shows what is left.
+    let (ok, stdout, stderr) = try_call(&with(&["GC", "--valid", "b/eth0", "--list"], &state));
+    assert!(ok, "{stdout} {stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "GC ok (the plugin prints nothing)", "{stdout}");
+    assert!(lines[1].starts_with("NETWORK"), "{stdout}");
+    assert_eq!(lines.len(), 3, "one allocation left: {stdout}");
+    assert!(
+        lines[2].contains("10.74.0.3") && lines[2].contains(" b "),
+        "{stdout}"
+    );
+
+    // The state is a node's: the netconf the calls were given, the store, the log.
+    let state = dir.path().join("st");
+    let netconf: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join("net.json")).unwrap()).unwrap();
+    assert_eq!(netconf["ipam"]["module"], module);
+    assert_eq!(
+        netconf["ipam"]["dataDir"],
+        state.join("data").to_str().unwrap()
+    );
+    let log = std::fs::read_to_string(state.join("ipam.log")).unwrap();
+    assert_eq!(log.matches(r#""command":"ADD""#).count(), 3, "{log}");
+}
+
+#[test]
+fn new_refuses_a_bad_name_and_an_existing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, _, stderr) = run(dir.path(), dir.path(), &["new", "../escape"]);
+    assert!(!ok);
+    assert!(stderr.contains("cannot name a module"), "{stderr}");
+
+    std::fs::create_dir(dir.path().join("taken")).unwrap();
+    std::fs::write(dir.path().join("taken/keep"), "mine").unwrap();
+    let (ok, _, stderr) = run(dir.path(), dir.path(), &["new", "taken"]);
+    assert!(!ok);
+    assert!(stderr.contains("taken already exists"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("taken/keep")).unwrap(),
+        "mine"
+    );
+
+    let (ok, stdout, stderr) = run(
+        dir.path(),
+        dir.path(),
+        &["new", "py-mod", "--lang", "python"],
+    );
+    assert!(ok, "{stdout} {stderr}");
+    let build = dir.path().join("py-mod/build.sh");
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&build).unwrap().permissions());
+    assert_eq!(mode & 0o111, 0o111, "build.sh is runnable");
+    let script = std::fs::read_to_string(build).unwrap();
+    assert!(script.contains("-o \"$here/py_mod.wasm\""), "{script}");
+}
