@@ -174,6 +174,22 @@ fn push(module: &Path, to: &str, signature: Option<&Path>) -> String {
     operator_command(args)
 }
 
+/// A vendor's release: a module of its own (`tag`) signed with `secret`, if given,
+/// pushed to `vendor/TAG:1` with its signature; the module's path.
+fn release(dir: &Path, tag: &str, secret: Option<&Path>) -> PathBuf {
+    let module = unique_module(dir, tag, 0);
+    let signature = secret.map(|secret| {
+        sign(secret, &module, None);
+        dir.join(format!("{tag}.wasm.minisig"))
+    });
+    push(
+        &module,
+        &oci(&format!("vendor/{tag}:1")),
+        signature.as_deref(),
+    );
+    module
+}
+
 /// `wasm-ipam pull` into `dir/modules` with a cache in `dir/cache`.
 fn pull(dir: &Path, reference: &str, extra: &[&str]) -> (bool, String, String) {
     let mut args: Vec<String> = vec![
@@ -342,8 +358,7 @@ fn refused_pulls_write_nothing() {
     let with_policy = ["--trust-policy", strict.to_str().unwrap()];
 
     // Unsigned, under a policy that requires a signature.
-    let unsigned = unique_module(dir, "unsigned", 0);
-    push(&unsigned, &oci("vendor/unsigned:1"), None);
+    release(dir, "unsigned", None);
     assert_refused(
         dir,
         &oci("vendor/unsigned:1"),
@@ -352,13 +367,7 @@ fn refused_pulls_write_nothing() {
     );
 
     // Signed by a key the policy does not trust.
-    let other = unique_module(dir, "other-key", 0);
-    sign(&key_b, &other, None);
-    push(
-        &other,
-        &oci("vendor/other-key:1"),
-        Some(&dir.join("other-key.wasm.minisig")),
-    );
+    release(dir, "other-key", Some(&key_b));
     assert_refused(
         dir,
         &oci("vendor/other-key:1"),
@@ -387,8 +396,7 @@ fn refused_pulls_write_nothing() {
     assert_refused(dir, &absent, &[], "cannot fetch the manifest");
 
     // A layer whose bytes the registry serves changed (its storage tampered with).
-    let tampered = unique_module(dir, "tampered", 0);
-    push(&tampered, &oci("vendor/tampered:1"), None);
+    let tampered = release(dir, "tampered", None);
     let sha = sha256_hex(&tampered);
     let blob = registry().storage.join(format!(
         "docker/registry/v2/blobs/sha256/{}/{sha}/data",
@@ -427,13 +435,7 @@ fn refused_pulls_write_nothing() {
     std::fs::write(&path, big.to_string()).unwrap();
     // The config blob it names (OCI's empty `{}`, which a signature artifact has)
     // must be in the repository for the registry to take it.
-    let holder = unique_module(dir, "config-holder", 0);
-    sign(&key_a, &holder, None);
-    push(
-        &holder,
-        &oci("vendor/big:config"),
-        Some(&dir.join("config-holder.wasm.minisig")),
-    );
+    release(dir, "config-holder", Some(&key_a));
     let status = Command::new("python3")
         .arg("-c")
         .arg(
@@ -443,14 +445,14 @@ fn refused_pulls_write_nothing() {
              u.urlopen(r)",
         )
         .arg(format!(
-            "http://{}/v2/vendor/big/manifests/1",
+            "http://{}/v2/vendor/config-holder/manifests/big",
             registry().address
         ))
         .arg(&path)
         .status()
         .unwrap();
     assert!(status.success(), "PUT the large manifest");
-    assert_refused(dir, &oci("vendor/big:1"), &[], "over 1 MiB");
+    assert_refused(dir, &oci("vendor/config-holder:big"), &[], "over 1 MiB");
 
     // A registry that is down.
     let down = format!("oci://127.0.0.1:{}/vendor/unsigned:1", free_port());
@@ -533,14 +535,8 @@ fn oras_and_wasm_ipam_pull_what_the_other_pushed() {
 
     // wasm-ipam pushes (with a signature, a referrer ORAS ignores), ORAS pulls the
     // module byte for byte.
-    let ours = unique_module(dir, "from-wasm-ipam", 0);
     let (key, _, _) = keypair(dir, "k");
-    sign(&key, &ours, None);
-    push(
-        &ours,
-        &oci("vendor/from-wasm-ipam:1"),
-        Some(&dir.join("from-wasm-ipam.wasm.minisig")),
-    );
+    let ours = release(dir, "from-wasm-ipam", Some(&key));
     let out = dir.join("oras-out");
     let files = oras(&[
         "pull",
