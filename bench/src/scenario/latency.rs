@@ -1,7 +1,9 @@
 //! Per-call latency and peak memory: sequential ADD+DEL cycles of wasm-ipam (warm
 //! module cache) and host-local with the same netconf, the two plugins' cycles
 //! interleaved so they share the machine's noise; then first calls with an empty
-//! cache (wasm-ipam compiles the module) and an empty store.
+//! cache (wasm-ipam compiles the module) and an empty store. A third peer is
+//! wasm-ipam running the same module signed, under a trust policy that requires the
+//! signature: what a node's policy costs a warm call.
 
 use super::syncs::{SyncTracer, Syncs};
 use super::{Peer, cached_calls, warm_cache};
@@ -12,6 +14,8 @@ use crate::setup::{Node, Paths, TempDir};
 use crate::stats::{Samples, ms, ratio};
 use serde_json::json;
 use std::io;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 pub struct Options {
     /// Measured ADD+DEL cycles per plugin.
@@ -29,6 +33,9 @@ const WARMUP_CYCLES: usize = 5;
 const CYCLE_RATIO_TARGET: f64 = 0.7;
 /// The cold first call of examples/host-local must take less than this.
 const COLD_TARGET_MS: f64 = 300.0;
+/// A warm cycle under a trust policy (signed module) must take at most this multiple
+/// of the unsigned one's: the verdict is cached, so the policy costs two small reads.
+const TRUST_RATIO_TARGET: f64 = 1.1;
 /// wasm-ipam's peak memory must be within this multiple of host-local's.
 const MEMORY_RATIO_TARGET: f64 = 1.5;
 
@@ -69,6 +76,35 @@ fn cycle(runner: &mut Runner, peer: &Peer, id: &str, into: &mut Measured) -> io:
     Ok(())
 }
 
+/// The module signed with a fresh key by Debian's `minisign` CLI (as a vendor signs
+/// it) beside a policy that requires that key: (module, policy), in `dir`.
+fn signed_module(module: &std::path::Path, dir: &TempDir) -> io::Result<(PathBuf, PathBuf)> {
+    let signed = dir.join("host_local.wasm");
+    std::fs::copy(module, &signed)?;
+    let (secret, public) = (dir.join("bench.key"), dir.join("bench.pub"));
+    let minisign = |args: &[&std::ffi::OsStr]| -> io::Result<()> {
+        let status = Command::new("minisign")
+            .args(args)
+            .stdout(Stdio::null())
+            .status()?;
+        match status.success() {
+            true => Ok(()),
+            false => Err(io::Error::other(format!("minisign {args:?} failed"))),
+        }
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    minisign(&[os("-G"), os("-W"), os("-f"), os("-p"), public.as_os_str(), os("-s"), secret.as_os_str()])?;
+    minisign(&[os("-S"), os("-s"), secret.as_os_str(), os("-m"), signed.as_os_str()])?;
+    let key = std::fs::read_to_string(&public)?
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    let policy = dir.join("trust.json");
+    std::fs::write(&policy, json!({"requireSignature": true, "keys": [key]}).to_string())?;
+    Ok((signed, policy))
+}
+
 pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let cache = warm_cache(&paths.wasm_ipam, &paths.host_local_module, json!({}))?;
     let node = Node::new("latency")?;
@@ -77,6 +113,15 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         plugin: paths.wasm_ipam.clone(),
         netconf: node.wasm_ipam_netconf(&paths.host_local_module, cache.path(), json!({})),
         log: Some(node.log_file()),
+    };
+    let signing = TempDir::new("signed")?;
+    let (signed, policy) = signed_module(&paths.host_local_module, &signing)?;
+    let trusted_node = Node::new("latency-trusted")?;
+    let trusted = Peer {
+        name: "wasm-ipam, signed",
+        plugin: paths.wasm_ipam.clone(),
+        netconf: trusted_node.wasm_ipam_netconf(&signed, cache.path(), json!({"trustPolicy": policy})),
+        log: None,
     };
     let host_local = Peer {
         name: "host-local",
@@ -89,7 +134,14 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     for i in 0..WARMUP_CYCLES {
         let id = format!("warmup-{i}");
         cycle(&mut runner, &wasm, &id, &mut scratch)?;
+        cycle(&mut runner, &trusted, &id, &mut scratch)?;
         cycle(&mut runner, &host_local, &id, &mut scratch)?;
+    }
+    if scratch.failures > 0 {
+        return Err(io::Error::other(format!(
+            "{} of the warm-up calls failed",
+            scratch.failures
+        )));
     }
     // Only the measured calls' log lines count below.
     std::fs::remove_file(node.log_file())?;
@@ -99,7 +151,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         SyncTracer::new(&host_local.plugin, &host_local.netconf)?,
     );
     let trace_every = (opts.cycles / TRACED_CALLS).max(1);
-    let (mut w, mut h) = (Measured::default(), Measured::default());
+    let (mut w, mut h, mut t) = (Measured::default(), Measured::default(), Measured::default());
     for i in 0..opts.cycles {
         if i % trace_every == trace_every / 2 {
             let id = format!("traced-{i}");
@@ -109,13 +161,11 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             }
         }
         let id = format!("cycle-{i}");
-        // Alternate who goes first, so neither always follows the other's exit.
-        if i % 2 == 0 {
-            cycle(&mut runner, &wasm, &id, &mut w)?;
-            cycle(&mut runner, &host_local, &id, &mut h)?;
-        } else {
-            cycle(&mut runner, &host_local, &id, &mut h)?;
-            cycle(&mut runner, &wasm, &id, &mut w)?;
+        // Rotate who goes first, so none always follows another's exit.
+        let mut peers = [(&wasm, &mut w), (&host_local, &mut h), (&trusted, &mut t)];
+        peers.rotate_left(i % 3);
+        for (peer, into) in peers {
+            cycle(&mut runner, peer, &id, into)?;
         }
     }
     let warm_log: Vec<Invocation> = invocations::read(&node.log_file())
@@ -158,6 +208,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         &Results {
             wasm: w,
             host_local: h,
+            trusted: t,
             wasm_cold: wc,
             host_local_cold: hc,
             warm_log,
@@ -172,6 +223,8 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
 struct Results {
     wasm: Measured,
     host_local: Measured,
+    /// wasm-ipam on the signed module under a trust policy.
+    trusted: Measured,
     wasm_cold: Measured,
     host_local_cold: Measured,
     /// wasm-ipam's log lines of the measured warm cycles.
@@ -218,6 +271,7 @@ fn section(opts: &Options, results: &Results) -> Section {
     let Results {
         wasm: w,
         host_local: h,
+        trusted: t,
         wasm_cold: wc,
         host_local_cold: hc,
         warm_log,
@@ -226,7 +280,7 @@ fn section(opts: &Options, results: &Results) -> Section {
         floors,
     } = results;
     let ms_of = |calls: &[Finished]| calls.iter().map(Finished::ms).collect::<Samples>();
-    let (wcyc, hcyc) = (w.cycle_ms(), h.cycle_ms());
+    let (wcyc, hcyc, tcyc) = (w.cycle_ms(), h.cycle_ms(), t.cycle_ms());
     let row = |name: &str, m: &Measured, cyc: &Samples| {
         vec![
             name.to_string(),
@@ -245,6 +299,10 @@ fn section(opts: &Options, results: &Results) -> Section {
          runtime sees it.\n\n",
         opts.cycles
     );
+    body += "`wasm-ipam, signed` is the same module signed with minisign, under a \
+             `trustPolicy` that requires its key: every call reads the policy and the \
+             signature and finds the cached verdict (docs/supply-chain.md). Its ratio row \
+             is against unsigned wasm-ipam.\n\n";
     body += &table(
         &[
             "plugin",
@@ -263,6 +321,15 @@ fn section(opts: &Options, results: &Results) -> Section {
                 ratio(ms_of(&w.dels).median(), ms_of(&h.dels).median()),
                 ratio(wcyc.median(), hcyc.median()),
                 ratio(wcyc.percentile(0.9), hcyc.percentile(0.9)),
+                String::new(),
+            ],
+            row("wasm-ipam, signed", t, &tcyc),
+            vec![
+                "signed / unsigned".into(),
+                ratio(ms_of(&t.adds).median(), ms_of(&w.adds).median()),
+                ratio(ms_of(&t.dels).median(), ms_of(&w.dels).median()),
+                ratio(tcyc.median(), wcyc.median()),
+                ratio(tcyc.percentile(0.9), wcyc.percentile(0.9)),
                 String::new(),
             ],
         ],
@@ -402,6 +469,21 @@ fn section(opts: &Options, results: &Results) -> Section {
 
     let cycle_ratio = wcyc.median() / hcyc.median();
     let targets = vec![
+        Target {
+            name: "warm cycle under a trust policy".into(),
+            goal: format!("≤ {TRUST_RATIO_TARGET}× unsigned wasm-ipam"),
+            measured: format!(
+                "{:.2}× ({} vs {})",
+                tcyc.median() / wcyc.median(),
+                ms(tcyc.median()),
+                ms(wcyc.median())
+            ),
+            pass: tcyc.median() / wcyc.median() <= TRUST_RATIO_TARGET,
+            miss: format!(
+                "{} more than unsigned per cycle",
+                ms(tcyc.median() - wcyc.median())
+            ),
+        },
         Target {
             name: "warm ADD+DEL cycle".into(),
             goal: format!("≤ {CYCLE_RATIO_TARGET}× host-local"),
