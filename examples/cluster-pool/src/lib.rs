@@ -108,15 +108,14 @@ struct Sticky {
 }
 
 fn read<T: DeserializeOwned>(store: &impl Store, key: &str) -> Result<Option<T>, Error> {
-    store
-        .get(key)
-        .map(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                Error::new(code::MODULE_SPECIFIC, format!("damaged record {key}"))
-                    .with_details(e.to_string())
-            })
-        })
-        .transpose()
+    store.get(key).map(|bytes| decode(key, &bytes)).transpose()
+}
+
+fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Error::new(code::MODULE_SPECIFIC, format!("damaged record {key}"))
+            .with_details(e.to_string())
+    })
 }
 
 fn write(store: &mut impl Store, key: &str, value: &impl Serialize) -> Result<(), Error> {
@@ -801,30 +800,34 @@ impl IpamModule for ClusterPool {
         let Some(conf) = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? else {
             return Ok(Vec::new());
         };
+        // One listing of every block (one store request), not a read per block.
+        let mut blocks = Vec::new();
+        for (key, value) in store.list("blk/") {
+            let Ok(block_net) = key["blk/".len()..].parse::<IpNet>() else {
+                continue;
+            };
+            let block: Block = decode(&key, &value)?;
+            let kept = block
+                .ips
+                .values()
+                .filter(|h| h.held_until.is_some())
+                .count() as u64;
+            blocks.push((block_net, block.ips.len() as u64 - kept, kept));
+        }
         let mut rows = Vec::new();
         for pool in &conf.pools {
             for range in &pool.ranges {
-                let (mut in_use, mut held) = (0u64, 0u64);
-                let claimed: BTreeSet<IpNet> = read(store, &pool_key(range))?.unwrap_or_default();
-                for block_net in &claimed {
-                    let Some(block) = read::<Block>(store, &block_key(*block_net))? else {
-                        continue;
-                    };
-                    let kept = block
-                        .ips
-                        .values()
-                        .filter(|h| h.held_until.is_some())
-                        .count() as u64;
-                    held += kept;
-                    in_use += block.ips.len() as u64 - kept;
-                }
+                let (in_use, kept) = blocks
+                    .iter()
+                    .filter(|(net, _, _)| range.cidr.contains(net))
+                    .fold((0, 0), |(u, k), (_, used, held)| (u + used, k + held));
                 let capacity = u64::try_from(range.blocks().saturating_mul(range.usable()))
                     .unwrap_or(u64::MAX);
                 rows.push(
                     wasm_ipam_guest::Pool::new(format!("pool {} {}", pool.name, range.cidr))
                         .capacity(capacity)
                         .in_use(in_use)
-                        .cooling_down(held)
+                        .cooling_down(kept)
                         .free_from_capacity(),
                 );
             }
