@@ -24,7 +24,7 @@ fn tenant_pools(default: bool) -> Value {
             json!({"name": "default", "cidr": ["10.80.0.0/16", "fd80::/48"], "default": true}),
         );
     }
-    json!({"pools": pools, "blockSize": 26, "deadlineSeconds": 60, "lockTimeoutSeconds": 300})
+    json!({"pools": pools, "blockSize": 26, "deadlineSeconds": 120, "lockTimeoutSeconds": 600})
 }
 
 /// Three nodes on `etcd` under `prefix`, with these `ipam` keys.
