@@ -130,16 +130,17 @@ fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() 
     }
 
     // stats: one row per pool and family, with its use.
-    let prom = operator_command([
-        "stats".as_ref(),
-        "--prometheus".as_ref(),
-        "--netconf".as_ref(),
-        conf_file.as_os_str(),
-        "--lock-file".as_ref(),
-        nodes[0].lock_file().as_os_str(),
-        "--data-dir".as_ref(),
-        nodes[0].data_dir().as_os_str(),
-    ]);
+    let args: [std::ffi::OsString; 8] = [
+        "stats".into(),
+        "--prometheus".into(),
+        "--netconf".into(),
+        conf_file.into_os_string(),
+        "--lock-file".into(),
+        nodes[0].lock_file().into_os_string(),
+        "--data-dir".into(),
+        nodes[0].data_dir().into_os_string(),
+    ];
+    let prom = operator_command(args);
     // 18 pods each in team-a (two namespaces: 36), team-b, default.
     for (pool, in_use) in [
         ("pool team-a 10.81.0.0/16", 36),
@@ -268,7 +269,7 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
     );
 
     // With strictAffinity, the same situation is an error, and nothing is written.
-    let (_, strict) = cluster(&etcd, "/s/", &limited(true));
+    let (_strict_nodes, strict) = cluster(&etcd, "/s/", &limited(true));
     Call::new("ADD", "b-0").run(&strict[1]).ok();
     for i in 0..5 {
         Call::new("ADD", &format!("a-{i}")).run(&strict[0]).ok();
