@@ -227,7 +227,7 @@ impl Drop for Etcd {
 }
 
 /// A node of the simulated cluster, named `name`.
-fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Value) -> Value {
+pub fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Value) -> Value {
     let mut conf = node.netconf("1.1.0", module, ipam);
     conf["ipam"]["nodeName"] = name.into();
     conf["ipam"]["store"] = store.clone();
@@ -235,7 +235,7 @@ fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Value)
 }
 
 /// `wasm-ipam list --json --netconf CONF_FILE EXTRA` on `node`'s lock and data dir.
-fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
+pub fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
     let mut args: Vec<std::ffi::OsString> = vec![
         "list".into(),
         "--json".into(),
@@ -250,7 +250,7 @@ fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, St
     operator_output(args)
 }
 
-fn write_conf(node: &Node, conf: &Value) -> PathBuf {
+pub fn write_conf(node: &Node, conf: &Value) -> PathBuf {
     let path = node.dir.path().join("net.conf");
     std::fs::write(&path, conf.to_string()).unwrap();
     path

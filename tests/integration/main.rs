@@ -22,6 +22,7 @@ mod log_rotation;
 mod main_plugins;
 mod operators;
 mod pipeline;
+mod pools;
 mod protocol;
 mod static_py;
 mod store;

@@ -4,9 +4,9 @@
 use ipnet::IpNet;
 use std::net::IpAddr;
 
-/// One family's pool: `cidr` cut into blocks of prefix length `block_len`.
+/// One family's range of a pool: `cidr` cut into blocks of prefix length `block_len`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pool {
+pub struct Range {
     pub cidr: IpNet,
     pub block_len: u8,
 }
@@ -26,7 +26,7 @@ fn from_u128(v4: bool, n: u128) -> IpAddr {
     }
 }
 
-impl Pool {
+impl Range {
     pub fn new(cidr: IpNet, block_len: u8) -> Result<Self, String> {
         let cidr = cidr.trunc();
         let max = match cidr {
@@ -39,7 +39,7 @@ impl Pool {
                 cidr.prefix_len()
             ));
         }
-        Ok(Pool { cidr, block_len })
+        Ok(Range { cidr, block_len })
     }
 
     fn v4(&self) -> bool {
@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn blocks_of_a_v4_pool() {
-        let pool = Pool::new("10.244.0.0/16".parse().unwrap(), 26).unwrap();
+        let pool = Range::new("10.244.0.0/16".parse().unwrap(), 26).unwrap();
         assert_eq!(pool.blocks(), 1024);
         assert_eq!(pool.block(0).to_string(), "10.244.0.0/26");
         assert_eq!(pool.block(5).to_string(), "10.244.1.64/26");
@@ -133,13 +133,13 @@ mod tests {
             "10.244.1.64/26"
         );
         assert_eq!(pool.block_of("10.245.0.1".parse().unwrap()), None);
-        assert!(Pool::new("10.0.0.0/16".parse().unwrap(), 8).is_err());
-        assert!(Pool::new("10.0.0.0/16".parse().unwrap(), 31).is_err());
+        assert!(Range::new("10.0.0.0/16".parse().unwrap(), 8).is_err());
+        assert!(Range::new("10.0.0.0/16".parse().unwrap(), 31).is_err());
     }
 
     #[test]
     fn blocks_of_a_v6_pool() {
-        let pool = Pool::new("fd00:10::/56".parse().unwrap(), 122).unwrap();
+        let pool = Range::new("fd00:10::/56".parse().unwrap(), 122).unwrap();
         assert_eq!(pool.blocks(), 1 << 66);
         assert_eq!(pool.block(1).to_string(), "fd00:10::40/122");
         assert!(pool.start_for("node-a") < pool.blocks());

@@ -1,10 +1,16 @@
-//! Cluster-wide IPAM: one pool (`ipam.cidr`, one CIDR per family) shared by every
-//! node through a shared store (wasm-ipam's etcd store), cut into blocks of prefix
-//! length `ipam.blockSize` (IPv4, default 26) and `ipam.blockSizeV6` (default 122).
+//! Cluster-wide IPAM: pools (`ipam.pools`, or one default pool `ipam.cidr`; each one
+//! CIDR per family) shared by every node through a shared store (wasm-ipam's etcd
+//! store), cut into blocks of prefix length `ipam.blockSize` (IPv4, default 26) and
+//! `ipam.blockSizeV6` (default 122).
 //!
+//! - An ADD draws from the pool the pod names (annotation `wasm-ipam.io/pool`, else
+//!   CNI_ARGS `IPAM_POOL`), else its namespace's, else the default (`select.rs`).
 //! - A node claims free blocks (affinity recorded in the store), allocates from its own
 //!   blocks first, and claims another only when they are full; where it starts looking
 //!   is spread by its name, so nodes claiming at once seldom want the same block.
+//! - A node at `ipam.maxBlocksPerNode` blocks of a range, or finding no free block,
+//!   borrows a free address from another node's block (answered as a /32 or /128),
+//!   unless `ipam.strictAffinity` makes that an error.
 //! - A block's usable addresses are all but its first, its second (the gateway a
 //!   bridge puts on the node) and its last; an ADD answers `address/blockSize` with
 //!   that gateway.
@@ -27,13 +33,17 @@
 //! one transaction, so two nodes racing for one block or address cannot both win:
 //! the loser's commit conflicts and its handler runs again on what the winner wrote.
 //!
-//! Keys: `pool/<cidr>` (the claimed blocks), `blk/<block>` (its node and holders),
+//! Keys: `pool/<cidr>` (a range's claimed blocks), `blk/<block>` (its node and holders),
 //! `aff/<node>/<block>` (a node's blocks), `own/<node>/<container>/<ifname>` (an
 //! attachment's addresses), `sticky/<namespace>/<pod>` (addresses kept for a pod).
 
 mod blocks;
+mod codes;
+mod conf;
+mod select;
 
-use blocks::Pool;
+use blocks::Range;
+use conf::{Conf, Ipam};
 use ipnet::IpNet;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -43,72 +53,15 @@ use wasm_ipam_guest::error::code;
 use wasm_ipam_guest::store::Staged;
 use wasm_ipam_guest::*;
 
-const DEFAULT_BLOCK_V4: u8 = 26;
-const DEFAULT_BLOCK_V6: u8 = 122;
-const DEFAULT_GRACE_SECONDS: u64 = 600;
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(IpNet),
-    Many(Vec<IpNet>),
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Ipam {
-    cidr: OneOrMany,
-    block_size: Option<u8>,
-    block_size_v6: Option<u8>,
-    block_grace_seconds: Option<u64>,
-    #[serde(default)]
-    sticky_seconds: u64,
-}
-
-struct Conf {
-    pools: Vec<Pool>,
-    grace: u64,
-    sticky: u64,
-}
+/// The most other nodes' blocks one borrow reads: each read is a compare in the
+/// commit, which etcd caps (`maxTxnOps`, 128 by default).
+const MAX_BORROW_READS: usize = 32;
+/// A route's scope as `ip route` numbers "link".
+const LINK_SCOPE: u8 = 253;
 
 impl Conf {
-    fn from_ipam(ipam: Ipam) -> Result<Self, Error> {
-        let cidrs = match ipam.cidr {
-            OneOrMany::One(cidr) => vec![cidr],
-            OneOrMany::Many(cidrs) => cidrs,
-        };
-        if cidrs.is_empty()
-            || cidrs.iter().filter(|c| matches!(c, IpNet::V4(_))).count() > 1
-            || cidrs.iter().filter(|c| matches!(c, IpNet::V6(_))).count() > 1
-        {
-            return Err(Error::invalid_config(
-                "ipam.cidr must be one CIDR, or one per family",
-            ));
-        }
-        let pools = cidrs
-            .into_iter()
-            .map(|cidr| {
-                let len = match cidr {
-                    IpNet::V4(_) => ipam.block_size.unwrap_or(DEFAULT_BLOCK_V4),
-                    IpNet::V6(_) => ipam.block_size_v6.unwrap_or(DEFAULT_BLOCK_V6),
-                };
-                Pool::new(cidr, len)
-                    .map_err(|e| Error::invalid_config(format!("ipam.cidr {cidr}: {e}")))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(Conf {
-            pools,
-            grace: ipam.block_grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
-            sticky: ipam.sticky_seconds,
-        })
-    }
-
     fn of(request: &Request) -> Result<Self, Error> {
         Self::from_ipam(request.ipam()?)
-    }
-
-    fn pool_of(&self, ip: IpAddr) -> Option<&Pool> {
-        self.pools.iter().find(|p| p.cidr.contains(&ip))
     }
 }
 
@@ -142,6 +95,9 @@ struct Own {
     since: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     identity: Option<String>,
+    /// Those of `ips` in another node's block when handed out.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    borrowed: Vec<IpAddr>,
 }
 
 /// Addresses kept for a pod identity until `until`.
@@ -152,15 +108,14 @@ struct Sticky {
 }
 
 fn read<T: DeserializeOwned>(store: &impl Store, key: &str) -> Result<Option<T>, Error> {
-    store
-        .get(key)
-        .map(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                Error::new(code::MODULE_SPECIFIC, format!("damaged record {key}"))
-                    .with_details(e.to_string())
-            })
-        })
-        .transpose()
+    store.get(key).map(|bytes| decode(key, &bytes)).transpose()
+}
+
+fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        Error::new(code::MODULE_SPECIFIC, format!("damaged record {key}"))
+            .with_details(e.to_string())
+    })
 }
 
 fn write(store: &mut impl Store, key: &str, value: &impl Serialize) -> Result<(), Error> {
@@ -170,7 +125,7 @@ fn write(store: &mut impl Store, key: &str, value: &impl Serialize) -> Result<()
 fn block_key(block: IpNet) -> String {
     format!("blk/{block}")
 }
-fn pool_key(pool: &Pool) -> String {
+fn pool_key(pool: &Range) -> String {
     format!("pool/{}", pool.cidr)
 }
 fn aff_prefix(node: &str) -> String {
@@ -242,7 +197,7 @@ impl<S: Store> Call<'_, S> {
         Ok(())
     }
 
-    fn my_blocks(&self, pool: &Pool) -> Vec<IpNet> {
+    fn my_blocks(&self, pool: &Range) -> Vec<IpNet> {
         let prefix = aff_prefix(self.node);
         self.store
             .list(&prefix)
@@ -252,71 +207,142 @@ impl<S: Store> Call<'_, S> {
             .collect()
     }
 
-    /// The next free address in this node's blocks, else in a block it claims now.
-    fn next(&mut self, pool: &Pool, holder: &Holder) -> Result<IpAddr, Error> {
-        for block_net in self.my_blocks(pool) {
+    /// The next free address for this node in `range` of pool `pool`: in its own
+    /// blocks, else in a block it claims now, else (unless `strictAffinity`) borrowed
+    /// from another node's block. Answers the address and whether it is borrowed.
+    fn next(
+        &mut self,
+        pool: &str,
+        range: &Range,
+        holder: &Holder,
+    ) -> Result<(IpAddr, bool), Error> {
+        let mine = self.my_blocks(range);
+        for &block_net in &mine {
             let key = block_key(block_net);
             let Some(mut block) = read::<Block>(self.store, &key)? else {
                 continue;
             };
             self.sweep(&mut block)?;
-            if let Some(ip) = pool
+            if let Some(ip) = range
                 .addresses(block_net)
                 .find(|a| !block.ips.contains_key(a))
             {
                 block.ips.insert(ip, holder.clone());
                 block.empty_since = None;
                 write(self.store, &key, &block)?;
-                return Ok(ip);
+                return Ok((ip, false));
             }
         }
-        let block_net = self.claim(pool, None)?;
-        let ip = pool
-            .addresses(block_net)
-            .next()
-            .expect("a block has usable addresses");
-        let mut block = Block {
-            node: self.node.to_string(),
-            ..Block::default()
+        let at_limit = self.conf.max_blocks.is_some_and(|max| mine.len() >= max);
+        let free = if at_limit {
+            None
+        } else {
+            self.unclaimed_block(range)?
         };
-        block.ips.insert(ip, holder.clone());
-        write(self.store, &block_key(block_net), &block)?;
-        Ok(ip)
+        if let Some(block_net) = free {
+            self.claim(range, block_net)?;
+            let ip = range
+                .addresses(block_net)
+                .next()
+                .expect("a block has usable addresses");
+            let mut block = Block {
+                node: self.node.to_string(),
+                ..Block::default()
+            };
+            block.ips.insert(ip, holder.clone());
+            write(self.store, &block_key(block_net), &block)?;
+            return Ok((ip, false));
+        }
+        let why = if at_limit {
+            format!(
+                "node {} has its {} block(s) of pool {pool:?} ({}) full (maxBlocksPerNode)",
+                self.node,
+                mine.len(),
+                range.cidr
+            )
+        } else {
+            format!("pool {pool:?} ({}) has no free block left", range.cidr)
+        };
+        if self.conf.strict_affinity {
+            return Err(Error::new(
+                codes::BLOCK_LIMIT,
+                format!("{why}, and strictAffinity forbids borrowing from other nodes' blocks"),
+            ));
+        }
+        match self.borrow(range, &mine, holder)? {
+            Some(ip) => Ok((ip, true)),
+            None => Err(Error::new(
+                codes::EXHAUSTED,
+                format!(
+                    "{why}, and no other node's block has a free address: the pool is exhausted"
+                ),
+            )),
+        }
     }
 
-    /// Claims a free block for this node (`wanted`, or the first free one from
-    /// where this node starts looking), recording it in the pool and the node's list.
-    fn claim(&mut self, pool: &Pool, wanted: Option<IpNet>) -> Result<IpNet, Error> {
-        let key = pool_key(pool);
-        let mut claimed: BTreeSet<IpNet> = read(self.store, &key)?.unwrap_or_default();
-        let block = match wanted {
-            Some(block) => block,
-            None => {
-                // Past claimed.len() + 1 candidates one is certainly free.
-                let tries = (claimed.len() as u128 + 1).min(pool.blocks());
-                let start = pool.start_for(self.node);
-                (0..tries)
-                    .map(|i| pool.block((start + i) % pool.blocks()))
-                    .find(|b| !claimed.contains(b))
-                    .ok_or_else(|| {
-                        Error::new(
-                            code::MODULE_SPECIFIC,
-                            format!("pool {} has no free block left", pool.cidr),
-                        )
-                    })?
+    /// A free address of another node's block in `range`, taken for `holder`. Reads at
+    /// most [`MAX_BORROW_READS`] blocks, starting where this node starts looking.
+    fn borrow(
+        &mut self,
+        range: &Range,
+        mine: &[IpNet],
+        holder: &Holder,
+    ) -> Result<Option<IpAddr>, Error> {
+        let claimed: Vec<IpNet> = read::<BTreeSet<IpNet>>(self.store, &pool_key(range))?
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|b| !mine.contains(b))
+            .collect();
+        if claimed.is_empty() {
+            return Ok(None);
+        }
+        let start = (range.start_for(self.node) % claimed.len() as u128) as usize;
+        let tries = claimed.len().min(MAX_BORROW_READS);
+        for block_net in (0..tries).map(|i| claimed[(start + i) % claimed.len()]) {
+            let key = block_key(block_net);
+            let Some(mut block) = read::<Block>(self.store, &key)? else {
+                continue;
+            };
+            self.sweep(&mut block)?;
+            if let Some(ip) = range
+                .addresses(block_net)
+                .find(|a| !block.ips.contains_key(a))
+            {
+                block.ips.insert(ip, holder.clone());
+                block.empty_since = None;
+                write(self.store, &key, &block)?;
+                return Ok(Some(ip));
             }
-        };
+        }
+        Ok(None)
+    }
+
+    /// The first unclaimed block of `range` from where this node starts looking, if any.
+    fn unclaimed_block(&self, range: &Range) -> Result<Option<IpNet>, Error> {
+        let claimed: BTreeSet<IpNet> = read(self.store, &pool_key(range))?.unwrap_or_default();
+        // Past claimed.len() + 1 candidates one is certainly free, if the range has one.
+        let tries = (claimed.len() as u128 + 1).min(range.blocks());
+        let start = range.start_for(self.node);
+        Ok((0..tries)
+            .map(|i| range.block((start + i) % range.blocks()))
+            .find(|b| !claimed.contains(b)))
+    }
+
+    /// Claims `block` for this node, recording it in the range and the node's list.
+    fn claim(&mut self, range: &Range, block: IpNet) -> Result<(), Error> {
+        let key = pool_key(range);
+        let mut claimed: BTreeSet<IpNet> = read(self.store, &key)?.unwrap_or_default();
         claimed.insert(block);
         write(self.store, &key, &claimed)?;
         self.store
-            .put(&format!("{}{block}", aff_prefix(self.node)), b"")?;
-        Ok(block)
+            .put(&format!("{}{block}", aff_prefix(self.node)), b"")
     }
 
-    /// A requested address: taken if free, in whichever node's block holds it.
-    fn take(&mut self, pool: &Pool, ip: IpAddr, holder: &Holder) -> Result<(), Error> {
-        let block_net = pool.block_of(ip).expect("the pool holds it");
-        if !pool.addresses(block_net).any(|a| a == ip) {
+    /// A requested address: taken if free, in whichever node's block holds it (then
+    /// borrowed). Its unclaimed block is claimed, within `maxBlocksPerNode`.
+    fn take(&mut self, range: &Range, ip: IpAddr, holder: &Holder) -> Result<bool, Error> {
+        let block_net = range.block_of(ip).expect("the range holds it");
+        if !range.addresses(block_net).any(|a| a == ip) {
             return Err(Error::invalid_config(format!(
                 "requested address {ip} is a block's network, gateway or last address"
             )));
@@ -325,7 +351,17 @@ impl<S: Store> Call<'_, S> {
         let mut block = match read::<Block>(self.store, &key)? {
             Some(block) => block,
             None => {
-                self.claim(pool, Some(block_net))?;
+                let mine = self.my_blocks(range).len();
+                if self.conf.max_blocks.is_some_and(|max| mine >= max) {
+                    return Err(Error::new(
+                        codes::BLOCK_LIMIT,
+                        format!(
+                            "requested address {ip} is in unclaimed block {block_net}, and node {} has its {mine} block(s) of {} (maxBlocksPerNode)",
+                            self.node, range.cidr
+                        ),
+                    ));
+                }
+                self.claim(range, block_net)?;
                 Block {
                     node: self.node.to_string(),
                     ..Block::default()
@@ -341,11 +377,13 @@ impl<S: Store> Call<'_, S> {
         }
         block.ips.insert(ip, holder.clone());
         block.empty_since = None;
-        write(self.store, &key, &block)
+        write(self.store, &key, &block)?;
+        Ok(block.node != self.node)
     }
 
     /// The pod's kept addresses, if its retention has not run out: taken back.
-    fn reclaim(&mut self, identity: &str, holder: &Holder) -> Result<Vec<IpAddr>, Error> {
+    /// Answers each address and whether it is borrowed (another node's block).
+    fn reclaim(&mut self, identity: &str, holder: &Holder) -> Result<Vec<(IpAddr, bool)>, Error> {
         let key = sticky_key(identity);
         let Some(sticky) = read::<Sticky>(self.store, &key)? else {
             return Ok(Vec::new());
@@ -356,7 +394,7 @@ impl<S: Store> Call<'_, S> {
         }
         let mut back = Vec::new();
         for ip in sticky.ips {
-            let Some(block_net) = self.conf.pool_of(ip).and_then(|p| p.block_of(ip)) else {
+            let Some(block_net) = self.conf.range_of(ip).and_then(|p| p.block_of(ip)) else {
                 continue;
             };
             let block_key = block_key(block_net);
@@ -371,7 +409,7 @@ impl<S: Store> Call<'_, S> {
                 block.ips.insert(ip, holder.clone());
                 block.empty_since = None;
                 write(self.store, &block_key, &block)?;
-                back.push(ip);
+                back.push((ip, block.node != self.node));
             }
         }
         Ok(back)
@@ -394,7 +432,7 @@ impl<S: Store> Call<'_, S> {
             let keep = own.identity.clone().filter(|_| self.conf.sticky > 0);
             let until = self.now + self.conf.sticky;
             for ip in &own.ips {
-                let Some(block_net) = self.conf.pool_of(*ip).and_then(|p| p.block_of(*ip)) else {
+                let Some(block_net) = self.conf.range_of(*ip).and_then(|p| p.block_of(*ip)) else {
                     continue;
                 };
                 let block_key = block_key(block_net);
@@ -436,7 +474,7 @@ impl<S: Store> Call<'_, S> {
 
     /// Frees this node's blocks that hold nothing and have held nothing for the grace.
     fn free_idle_blocks(&mut self) -> Result<(), Error> {
-        for pool in &self.conf.pools {
+        for pool in self.conf.ranges() {
             for block_net in self.my_blocks(pool) {
                 let key = block_key(block_net);
                 let Some(mut block) = read::<Block>(self.store, &key)? else {
@@ -461,7 +499,7 @@ impl<S: Store> Call<'_, S> {
     }
 
     /// Frees one of this node's blocks: its record, its affinity, its place in the pool.
-    fn free_block(&mut self, pool: &Pool, block_net: IpNet) -> Result<(), Error> {
+    fn free_block(&mut self, pool: &Range, block_net: IpNet) -> Result<(), Error> {
         self.store.delete(&block_key(block_net))?;
         self.store
             .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
@@ -498,7 +536,7 @@ impl<S: Store> Call<'_, S> {
                 });
             }
         }
-        for pool in &self.conf.pools {
+        for pool in self.conf.ranges() {
             for block_net in self.my_blocks(pool) {
                 let key = block_key(block_net);
                 let Some(mut block) = read::<Block>(self.store, &key)? else {
@@ -531,13 +569,23 @@ impl<S: Store> Call<'_, S> {
     }
 }
 
-fn result(conf: &Conf, ips: &[IpAddr]) -> IpamResult {
+/// The ADD result. An address of this node's block answers `address/blockSize` with
+/// the block's gateway. A borrowed one (another node's block) answers a host prefix
+/// (/32, /128) and a link route to the same gateway: the pod must not take the
+/// lender's block for on-link, as its other addresses live on the lender's node.
+fn result(conf: &Conf, ips: &[IpAddr], borrowed: &[IpAddr]) -> IpamResult {
     let mut result = IpamResult::default();
     for ip in ips {
-        let pool = conf.pool_of(*ip).expect("allocated from a pool");
-        let block = pool.block_of(*ip).expect("in its pool");
-        result = result
-            .ip(IpConfig::new(format!("{ip}/{}", pool.block_len)).gateway(pool.gateway(block)));
+        let range = conf.range_of(*ip).expect("allocated from a pool");
+        let gateway = range.gateway(range.block_of(*ip).expect("in its range"));
+        if borrowed.contains(ip) {
+            let host = if ip.is_ipv4() { 32 } else { 128 };
+            result = result
+                .ip(IpConfig::new(format!("{ip}/{host}")).gateway(gateway))
+                .route(Route::new(format!("{gateway}/{host}")).scope(LINK_SCOPE));
+        } else {
+            result = result.ip(IpConfig::new(format!("{ip}/{}", range.block_len)).gateway(gateway));
+        }
     }
     result
 }
@@ -553,8 +601,9 @@ impl IpamModule for ClusterPool {
         let (id, ifname) = (request.container_id(), request.ifname());
         let key = own_key(node, id, ifname);
         if let Some(own) = read::<Own>(store, &key)? {
-            return Ok(result(&conf, &own.ips));
+            return Ok(result(&conf, &own.ips, &own.borrowed));
         }
+        let pool = select::pool_for(&conf, request)?;
         let identity = identity(request);
         let holder = Holder {
             id: id.to_string(),
@@ -571,34 +620,47 @@ impl IpamModule for ClusterPool {
             node,
             now,
         };
-        let mut ips = Vec::new();
+        // Each address and whether it is borrowed from another node's block.
+        let mut got: Vec<(IpAddr, bool)> = Vec::new();
         if conf.sticky > 0
             && let Some(identity) = &identity
         {
-            ips = call.reclaim(identity, &holder)?;
+            got = call.reclaim(identity, &holder)?;
         }
         for ip in requested {
-            if ips.contains(&ip) {
+            if got.iter().any(|(held, _)| *held == ip) {
                 continue;
             }
-            let pool = conf.pool_of(ip).ok_or_else(|| {
-                Error::invalid_config(format!("requested address {ip} is in no pool of ipam.cidr"))
-            })?;
-            call.take(pool, ip, &holder)?;
-            ips.push(ip);
+            let range = pool
+                .ranges
+                .iter()
+                .find(|r| r.cidr.contains(&ip))
+                .ok_or_else(|| {
+                    Error::invalid_config(format!(
+                        "requested address {ip} is not in pool {:?}, the pod's",
+                        pool.name
+                    ))
+                })?;
+            got.push((ip, call.take(range, ip, &holder)?));
         }
-        for pool in &conf.pools {
-            if !ips.iter().any(|ip| pool.cidr.contains(ip)) {
-                ips.push(call.next(pool, &holder)?);
+        for range in &pool.ranges {
+            if !got
+                .iter()
+                .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
+            {
+                got.push(call.next(&pool.name, range, &holder)?);
             }
         }
+        let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
+        let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
         let own = Own {
             ips: ips.clone(),
             since: now,
             identity,
+            borrowed: borrowed.clone(),
         };
         write(call.store, &key, &own)?;
-        Ok(result(&conf, &ips))
+        Ok(result(&conf, &ips, &borrowed))
     }
 
     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
@@ -703,7 +765,8 @@ impl IpamModule for ClusterPool {
     }
 
     /// Every attachment in the cluster, with the node it runs on.
-    fn allocations(_: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+    fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
+        let conf = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()?;
         let mut out = Vec::new();
         for (key, _) in store.list("own/") {
             let mut parts = key["own/".len()..].splitn(3, '/');
@@ -715,55 +778,59 @@ impl IpamModule for ClusterPool {
                 continue;
             };
             for ip in own.ips {
-                out.push(
-                    Allocation::new(ip, id, ifname)
-                        .since(own.since)
-                        .attribute("node", node),
-                );
+                let mut row = Allocation::new(ip, id, ifname)
+                    .since(own.since)
+                    .attribute("node", node);
+                if let Some(pool) = conf.as_ref().and_then(|c| c.pool_of(ip)) {
+                    row = row.attribute("pool", &pool.name);
+                }
+                if own.borrowed.contains(&ip) {
+                    row = row.attribute("borrowed", "yes");
+                }
+                out.push(row);
             }
         }
         Ok(out)
     }
 
-    /// One row per claimed block (named with its node), and per pool one for the
-    /// blocks nobody has claimed yet.
+    /// One row per range of each pool (`pool NAME CIDR`): its capacity, its addresses
+    /// in use and kept for sticky pods, in claimed blocks or borrowed alike. Rows
+    /// partition the network, as the host sums them into its totals.
     fn pools(context: &Context, store: &impl Store) -> Result<Vec<wasm_ipam_guest::Pool>, Error> {
-        let conf = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()?;
-        let mut rows = Vec::new();
-        for (key, _) in store.list("blk/") {
+        let Some(conf) = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? else {
+            return Ok(Vec::new());
+        };
+        // One listing of every block (one store request), not a read per block.
+        let mut blocks = Vec::new();
+        for (key, value) in store.list("blk/") {
             let Ok(block_net) = key["blk/".len()..].parse::<IpNet>() else {
                 continue;
             };
-            let Some(block) = read::<Block>(store, &key)? else {
-                continue;
-            };
-            let usable = conf
-                .as_ref()
-                .and_then(|c| c.pools.iter().find(|p| p.cidr.contains(&block_net)))
-                .map(|p| p.usable() as u64);
-            let held = block
+            let block: Block = decode(&key, &value)?;
+            let kept = block
                 .ips
                 .values()
                 .filter(|h| h.held_until.is_some())
                 .count() as u64;
-            let mut row = wasm_ipam_guest::Pool::new(format!("{block_net} ({})", block.node))
-                .in_use(block.ips.len() as u64 - held)
-                .cooling_down(held);
-            if let Some(usable) = usable {
-                row = row.capacity(usable).free_from_capacity();
-            }
-            rows.push(row);
+            blocks.push((block_net, block.ips.len() as u64 - kept, kept));
         }
-        for pool in conf.iter().flat_map(|c| &c.pools) {
-            let claimed: BTreeSet<IpNet> = read(store, &pool_key(pool))?.unwrap_or_default();
-            let unclaimed = pool.blocks().saturating_sub(claimed.len() as u128);
-            let capacity =
-                u64::try_from(unclaimed.saturating_mul(pool.usable())).unwrap_or(u64::MAX);
-            rows.push(
-                wasm_ipam_guest::Pool::new(format!("{} unclaimed blocks", pool.cidr))
-                    .capacity(capacity)
-                    .free_from_capacity(),
-            );
+        let mut rows = Vec::new();
+        for pool in &conf.pools {
+            for range in &pool.ranges {
+                let (in_use, kept) = blocks
+                    .iter()
+                    .filter(|(net, _, _)| range.cidr.contains(net))
+                    .fold((0, 0), |(u, k), (_, used, held)| (u + used, k + held));
+                let capacity = u64::try_from(range.blocks().saturating_mul(range.usable()))
+                    .unwrap_or(u64::MAX);
+                rows.push(
+                    wasm_ipam_guest::Pool::new(format!("pool {} {}", pool.name, range.cidr))
+                        .capacity(capacity)
+                        .in_use(in_use)
+                        .cooling_down(kept)
+                        .free_from_capacity(),
+                );
+            }
         }
         Ok(rows)
     }

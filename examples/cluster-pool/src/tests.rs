@@ -28,9 +28,14 @@ fn del(store: &mut MemoryStore, node: &str, id: &str, at: u64, conf: &serde_json
     ClusterPool::del(&call(Command::Del, node, id, at, conf), store).unwrap();
 }
 
+/// An address without its prefix length.
+fn bare(cidr: &str) -> &str {
+    cidr.split('/').next().unwrap()
+}
+
 fn block_of(cidr: &str) -> String {
     let ip: IpAddr = cidr.split('/').next().unwrap().parse().unwrap();
-    Pool::new("10.244.0.0/24".parse().unwrap(), 28)
+    Range::new("10.244.0.0/24".parse().unwrap(), 28)
         .unwrap()
         .block_of(ip)
         .unwrap()
@@ -149,7 +154,11 @@ fn a_sticky_pod_gets_its_address_back_on_another_node_and_nobody_else_does_meanw
         &mut store,
     )
     .unwrap();
-    assert_eq!(again.ips[0].address, first.ips[0].address);
+    assert_eq!(bare(&again.ips[0].address), bare(&first.ips[0].address));
+    assert!(
+        again.ips[0].address.ends_with("/32"),
+        "node a's block lends it: {again:?}"
+    );
     assert!(store.get("sticky/db/db-0").is_none());
 
     // Past its retention the address is free for anyone.
@@ -326,7 +335,12 @@ fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node(
         &mut store,
     )
     .unwrap();
-    assert_eq!(back.ips, sticky.ips);
+    assert_eq!(
+        bare(&back.ips[0].address),
+        bare(&sticky.ips[0].address),
+        "borrowed by b from the block a holds now"
+    );
+    assert!(back.ips[0].address.ends_with("/32"), "{back:?}");
     // Once empty (the sticky pod's retention over too), the block goes by its new
     // node's grace rule.
     del(&mut store, "b", "b1", 30, &conf);
@@ -358,4 +372,264 @@ fn release_node_refuses_the_node_it_runs_on_and_a_network_without_configuration(
     let err = ClusterPool::release_node(&bare, "a", false, &mut store).unwrap_err();
     assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
     assert_eq!(holders(&store, &conf).len(), 1);
+}
+
+/// Two tenants' pools and a default, each a /24 in /28 blocks.
+fn tenants(default: bool) -> serde_json::Value {
+    let mut pools = vec![
+        json!({"name": "team-a", "cidr": "10.81.0.0/24", "namespaces": ["team-a", "team-a-ci"]}),
+        json!({"name": "team-b", "cidr": ["10.82.0.0/24"], "namespaces": ["team-b"]}),
+    ];
+    if default {
+        pools.push(
+            json!({"name": "default", "cidr": ["10.80.0.0/24", "fd80::/120"], "default": true}),
+        );
+    }
+    json!({"cniVersion": "1.1.0", "name": "pods", "ipam": {"pools": pools, "blockSize": 28, "blockSizeV6": 124}})
+}
+
+fn add_in(
+    store: &mut MemoryStore,
+    conf: &serde_json::Value,
+    id: &str,
+    args: &[(&str, &str)],
+) -> Result<IpamResult, Error> {
+    ClusterPool::add(&call(Command::Add, "a", id, 1, conf).with_args(args), store)
+}
+
+#[test]
+fn a_pod_draws_from_its_namespaces_pool_else_the_default() {
+    let conf = tenants(true);
+    let mut store = MemoryStore::default();
+    let ns = |n| [("K8S_POD_NAMESPACE", n), ("K8S_POD_NAME", "p")];
+    let a = add_in(&mut store, &conf, "c1", &ns("team-a-ci")).unwrap();
+    let b = add_in(&mut store, &conf, "c2", &ns("team-b")).unwrap();
+    let other = add_in(&mut store, &conf, "c3", &ns("web")).unwrap();
+    let none = add_in(&mut store, &conf, "c4", &[]).unwrap();
+    assert!(a.ips[0].address.starts_with("10.81.0."), "{a:?}");
+    assert_eq!(a.ips.len(), 1, "team-a has IPv4 only");
+    assert!(b.ips[0].address.starts_with("10.82.0."), "{b:?}");
+    for default in [&other, &none] {
+        let addresses: Vec<&str> = default.ips.iter().map(|i| i.address.as_str()).collect();
+        assert!(
+            addresses[0].starts_with("10.80.0.") && addresses[1].starts_with("fd80::"),
+            "{addresses:?}"
+        );
+    }
+    // list names each allocation's pool; stats has a row per pool and family.
+    let context = Context::for_test("pods", Some(conf.clone()));
+    let listed: Vec<(String, String)> = ClusterPool::allocations(&context, &store)
+        .unwrap()
+        .into_iter()
+        .map(|a| {
+            let pool = a.attributes.iter().find(|(k, _)| k == "pool").unwrap();
+            (a.container_id, pool.1.clone())
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("c1", "team-a"),
+            ("c2", "team-b"),
+            ("c3", "default"),
+            ("c3", "default"),
+            ("c4", "default"),
+            ("c4", "default")
+        ]
+        .map(|(c, p)| (c.to_string(), p.to_string()))
+    );
+    let rows: Vec<(String, u64, Option<u64>)> = ClusterPool::pools(&context, &store)
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.name, r.in_use, r.capacity))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("pool team-a 10.81.0.0/24", 1, Some(16 * 13)),
+            ("pool team-b 10.82.0.0/24", 1, Some(16 * 13)),
+            ("pool default 10.80.0.0/24", 2, Some(16 * 13)),
+            ("pool default fd80::/120", 2, Some(16 * 13)),
+        ]
+        .map(|(n, u, c)| (n.to_string(), u, c))
+    );
+}
+
+#[test]
+fn the_pod_annotation_then_ipam_pool_override_the_namespace() {
+    let conf = tenants(true);
+    let mut store = MemoryStore::default();
+    let ns = ("K8S_POD_NAMESPACE", "team-a");
+    let by_arg = add_in(&mut store, &conf, "c1", &[ns, ("IPAM_POOL", "team-b")]).unwrap();
+    assert!(by_arg.ips[0].address.starts_with("10.82.0."), "{by_arg:?}");
+    let mut annotated = conf.clone();
+    annotated["runtimeConfig"] =
+        json!({"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/pool": "default"}});
+    let by_annotation =
+        add_in(&mut store, &annotated, "c2", &[ns, ("IPAM_POOL", "team-b")]).unwrap();
+    assert!(
+        by_annotation.ips[0].address.starts_with("10.80.0."),
+        "the annotation wins over IPAM_POOL: {by_annotation:?}"
+    );
+    // A pool nobody configured: 141, naming it and where it came from.
+    let err = add_in(&mut store, &conf, "c3", &[ns, ("IPAM_POOL", "team-z")]).unwrap_err();
+    assert_eq!(err.code, codes::UNKNOWN_POOL);
+    assert!(
+        err.msg.contains("CNI_ARGS IPAM_POOL names pool \"team-z\""),
+        "{}",
+        err.msg
+    );
+    // A requested address must lie in the pod's pool.
+    let err = add_in(&mut store, &conf, "c4", &[ns, ("IP", "10.82.0.20")]).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+    assert!(err.msg.contains("not in pool \"team-a\""), "{}", err.msg);
+}
+
+#[test]
+fn an_unmapped_namespace_without_a_default_pool_is_refused() {
+    let conf = tenants(false);
+    let mut store = MemoryStore::default();
+    let err = add_in(&mut store, &conf, "c1", &[("K8S_POD_NAMESPACE", "web")]).unwrap_err();
+    assert_eq!(err.code, codes::NO_POOL);
+    assert!(err.msg.contains("namespace \"web\""), "{}", err.msg);
+    let err = add_in(&mut store, &conf, "c2", &[]).unwrap_err();
+    assert_eq!(err.code, codes::NO_POOL);
+    assert!(store.list("").is_empty(), "nothing written");
+}
+
+#[test]
+fn pools_that_would_make_a_choice_ambiguous_are_refused() {
+    let bad = [
+        json!({"cidr": "10.0.0.0/24", "pools": [{"name": "a", "cidr": "10.1.0.0/24"}]}),
+        json!({"pools": []}),
+        json!({"pools": [{"name": "a", "cidr": "10.1.0.0/16"}, {"name": "b", "cidr": "10.1.2.0/24"}]}),
+        json!({"pools": [{"name": "a", "cidr": "10.1.0.0/24"}, {"name": "a", "cidr": "10.2.0.0/24"}]}),
+        json!({"pools": [{"name": "a", "cidr": "10.1.0.0/24", "default": true}, {"name": "b", "cidr": "10.2.0.0/24", "default": true}]}),
+        json!({"pools": [{"name": "a", "cidr": "10.1.0.0/24", "namespaces": ["x"]}, {"name": "b", "cidr": "10.2.0.0/24", "namespaces": ["x"]}]}),
+        json!({"pools": [{"name": "a/b", "cidr": "10.1.0.0/24"}]}),
+        json!({"pools": [{"name": "a", "cidr": "10.1.0.0/24", "namespace": ["x"]}]}),
+    ];
+    for ipam in bad {
+        let conf = json!({"cniVersion": "1.1.0", "name": "pods", "ipam": ipam});
+        let err = add_in(&mut MemoryStore::default(), &conf, "c1", &[]).unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{ipam}: {err:?}");
+    }
+}
+
+#[test]
+fn a_node_at_its_block_limit_borrows_from_another_nodes_block() {
+    // Two /28 blocks of 13 usable addresses; one block per node.
+    let conf = config(json!({"cidr": "10.9.0.0/27", "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let b0 = add(&mut store, "b", "b0", 1, &conf);
+    let lender = block_of_in(&b0, "10.9.0.0/27");
+    let a: Vec<String> = (0..13)
+        .map(|i| add(&mut store, "a", &format!("a{i}"), 1, &conf))
+        .collect();
+    assert!(a.iter().all(|ip| ip.ends_with("/28")));
+    let result = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap();
+    let ip = &result.ips[0];
+    assert_eq!(block_of_in(&ip.address, "10.9.0.0/27"), lender, "{ip:?}");
+    assert!(ip.address.ends_with("/32"), "a host prefix: {ip:?}");
+    let gateway = ip.gateway.clone().unwrap();
+    let range = Range::new("10.9.0.0/27".parse().unwrap(), 28).unwrap();
+    assert_eq!(
+        gateway,
+        range.gateway(lender.parse().unwrap()).to_string(),
+        "the lender block's gateway"
+    );
+    assert_eq!(result.routes.len(), 1, "{result:?}");
+    assert_eq!(result.routes[0].dst, format!("{gateway}/32"));
+    assert_eq!(result.routes[0].scope, Some(LINK_SCOPE));
+    assert_eq!(result.routes[0].gw, None);
+    // The same ADD again answers the same result; the block stays node b's.
+    let again = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap();
+    assert_eq!(again, result);
+    assert_eq!(owner(&store, &lender).as_deref(), Some("b"));
+    assert_eq!(store.list("aff/a/").len(), 1, "still one block of a's");
+    let context = Context::for_test("pods", Some(conf.clone()));
+    let borrowed: Vec<String> = ClusterPool::allocations(&context, &store)
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.attributes.contains(&("borrowed".into(), "yes".into())))
+        .map(|a| a.container_id)
+        .collect();
+    assert_eq!(borrowed, ["a13"]);
+    // Its DEL gives it back to b's block.
+    del(&mut store, "a", "a13", 2, &conf);
+    let lent = read::<Block>(&store, &format!("blk/{lender}"))
+        .unwrap()
+        .unwrap();
+    assert_eq!(lent.ips.len(), 1, "only b0 left");
+}
+
+#[test]
+fn with_strict_affinity_a_node_that_would_borrow_fails() {
+    let conf =
+        config(json!({"cidr": "10.9.0.0/27", "maxBlocksPerNode": 1, "strictAffinity": true}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "b", "b0", 1, &conf);
+    for i in 0..13 {
+        add(&mut store, "a", &format!("a{i}"), 1, &conf);
+    }
+    let before = store.clone();
+    let err = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT);
+    assert!(
+        err.msg.contains("maxBlocksPerNode") && err.msg.contains("strictAffinity"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(store, before, "nothing written");
+    // Without a limit but with no free block left, strict affinity refuses too.
+    let conf = config(json!({"cidr": "10.9.0.0/28", "strictAffinity": true}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "b", "b0", 1, &conf);
+    let err = ClusterPool::add(&call(Command::Add, "a", "a0", 1, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT);
+    assert!(err.msg.contains("no free block"), "{}", err.msg);
+    // A requested address in an unclaimed block past the limit is refused.
+    let conf = config(json!({"cidr": "10.9.0.0/26", "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let mine = add(&mut store, "a", "a0", 1, &conf);
+    let elsewhere = if mine.starts_with("10.9.0.2/") {
+        "10.9.0.50"
+    } else {
+        "10.9.0.2"
+    };
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "a1", 1, &conf).with_args(&[("IP", elsewhere)]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT, "{err:?}");
+}
+
+#[test]
+fn a_node_with_no_free_block_borrows_until_the_pool_is_exhausted() {
+    let conf = config(json!({"cidr": "10.9.0.0/28"}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "b", "b0", 1, &conf);
+    let borrowed: Vec<String> = (0..12)
+        .map(|i| add(&mut store, "a", &format!("a{i}"), 1, &conf))
+        .collect();
+    assert!(
+        borrowed.iter().all(|ip| ip.ends_with("/32")),
+        "{borrowed:?}"
+    );
+    assert!(store.list("aff/a/").is_empty(), "a claimed nothing");
+    let err = ClusterPool::add(&call(Command::Add, "a", "a12", 1, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::EXHAUSTED);
+    assert!(err.msg.contains("exhausted"), "{}", err.msg);
+    let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
+    assert_eq!((rows[0].in_use, rows[0].free), (13, Some(0)), "{rows:?}");
+}
+
+/// The block of `cidr`'s address in `range` cut into /28s.
+fn block_of_in(cidr: &str, range: &str) -> String {
+    Range::new(range.parse().unwrap(), 28)
+        .unwrap()
+        .block_of(bare(cidr).parse().unwrap())
+        .unwrap()
+        .to_string()
 }

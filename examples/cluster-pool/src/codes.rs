@@ -1,0 +1,13 @@
+//! The module's own CNI error codes (140 and up, as the contract allows), one table
+//! that docs/cluster.md repeats.
+
+/// A damaged record, or a pool with no free address left in any block.
+pub use wasm_ipam_guest::error::code::MODULE_SPECIFIC as EXHAUSTED;
+/// The pod names a pool (annotation `wasm-ipam.io/pool` or CNI_ARGS `IPAM_POOL`) that
+/// `ipam.pools` does not have.
+pub const UNKNOWN_POOL: u32 = 141;
+/// No pool serves the pod's namespace and no pool is the default.
+pub const NO_POOL: u32 = 142;
+/// The node must borrow (at `maxBlocksPerNode`, or no free block) and
+/// `strictAffinity` forbids it; or a requested address's block is past the limit.
+pub const BLOCK_LIMIT: u32 = 143;

@@ -1,0 +1,199 @@
+//! The module's `ipam` keys, parsed and checked whole before any work: the named pools
+//! (`pools`, or today's single `cidr` as one default pool), their blocks, and the
+//! limits on a node's blocks.
+
+use crate::blocks::Range;
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use wasm_ipam_guest::Error;
+
+const DEFAULT_BLOCK_V4: u8 = 26;
+const DEFAULT_BLOCK_V6: u8 = 122;
+const DEFAULT_GRACE_SECONDS: u64 = 600;
+/// The name of the pool a single `cidr` makes.
+pub const DEFAULT_POOL: &str = "default";
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(IpNet),
+    Many(Vec<IpNet>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<IpNet> {
+        match self {
+            OneOrMany::One(cidr) => vec![cidr],
+            OneOrMany::Many(cidrs) => cidrs,
+        }
+    }
+}
+
+/// One entry of `ipam.pools`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawPool {
+    name: String,
+    cidr: OneOrMany,
+    #[serde(default)]
+    namespaces: Vec<String>,
+    #[serde(default)]
+    default: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ipam {
+    cidr: Option<OneOrMany>,
+    pools: Option<Vec<RawPool>>,
+    block_size: Option<u8>,
+    block_size_v6: Option<u8>,
+    block_grace_seconds: Option<u64>,
+    #[serde(default)]
+    sticky_seconds: u64,
+    max_blocks_per_node: Option<usize>,
+    #[serde(default)]
+    strict_affinity: bool,
+}
+
+/// A pool as the operator named it: one range per family, and which pods it serves.
+pub struct NamedPool {
+    pub name: String,
+    pub ranges: Vec<Range>,
+    pub namespaces: Vec<String>,
+    pub default: bool,
+}
+
+pub struct Conf {
+    pub pools: Vec<NamedPool>,
+    pub grace: u64,
+    pub sticky: u64,
+    /// Blocks a node may claim in each range of each pool (`None`: no limit).
+    pub max_blocks: Option<usize>,
+    /// Whether a node that cannot claim a block fails instead of borrowing an address
+    /// from another node's block.
+    pub strict_affinity: bool,
+}
+
+impl Conf {
+    pub fn from_ipam(ipam: Ipam) -> Result<Self, Error> {
+        let raw = match (ipam.cidr, ipam.pools) {
+            (Some(cidr), None) => vec![RawPool {
+                name: DEFAULT_POOL.into(),
+                cidr,
+                namespaces: Vec::new(),
+                default: true,
+            }],
+            (None, Some(pools)) if !pools.is_empty() => pools,
+            _ => {
+                return Err(Error::invalid_config(
+                    "ipam needs either cidr (one pool) or a non-empty pools list, not both",
+                ));
+            }
+        };
+        let block_len = |cidr: &IpNet| match cidr {
+            IpNet::V4(_) => ipam.block_size.unwrap_or(DEFAULT_BLOCK_V4),
+            IpNet::V6(_) => ipam.block_size_v6.unwrap_or(DEFAULT_BLOCK_V6),
+        };
+        let mut pools = Vec::new();
+        for pool in raw {
+            let cidrs = pool.cidr.into_vec();
+            let (v4, v6) = cidrs.iter().fold((0, 0), |(v4, v6), c| match c {
+                IpNet::V4(_) => (v4 + 1, v6),
+                IpNet::V6(_) => (v4, v6 + 1),
+            });
+            if cidrs.is_empty() || v4 > 1 || v6 > 1 {
+                return Err(Error::invalid_config(format!(
+                    "pool {:?}: cidr must be one CIDR, or one per family",
+                    pool.name
+                )));
+            }
+            let ranges = cidrs
+                .into_iter()
+                .map(|cidr| {
+                    Range::new(cidr, block_len(&cidr)).map_err(|e| {
+                        Error::invalid_config(format!("pool {:?} cidr {cidr}: {e}", pool.name))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            pools.push(NamedPool {
+                name: pool.name,
+                ranges,
+                namespaces: pool.namespaces,
+                default: pool.default,
+            });
+        }
+        check(&pools)?;
+        Ok(Conf {
+            pools,
+            grace: ipam.block_grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
+            sticky: ipam.sticky_seconds,
+            max_blocks: ipam.max_blocks_per_node,
+            strict_affinity: ipam.strict_affinity,
+        })
+    }
+
+    /// Every range of every pool.
+    pub fn ranges(&self) -> impl Iterator<Item = &Range> {
+        self.pools.iter().flat_map(|p| &p.ranges)
+    }
+
+    /// The range holding `ip`, if a pool does.
+    pub fn range_of(&self, ip: IpAddr) -> Option<&Range> {
+        self.ranges().find(|r| r.cidr.contains(&ip))
+    }
+
+    /// The pool holding `ip`, if one does.
+    pub fn pool_of(&self, ip: IpAddr) -> Option<&NamedPool> {
+        self.pools
+            .iter()
+            .find(|p| p.ranges.iter().any(|r| r.cidr.contains(&ip)))
+    }
+}
+
+/// What makes the choice of a pool, or of the pool of an address, ambiguous.
+fn check(pools: &[NamedPool]) -> Result<(), Error> {
+    let mut names = BTreeSet::new();
+    let mut namespaces = BTreeSet::new();
+    for pool in pools {
+        if pool.name.is_empty() || pool.name.chars().any(|c| c.is_control() || c == '/') {
+            return Err(Error::invalid_config(format!(
+                "pool name {:?} must be non-empty, without '/' or control characters",
+                pool.name
+            )));
+        }
+        if !names.insert(pool.name.as_str()) {
+            return Err(Error::invalid_config(format!(
+                "two pools are named {:?}",
+                pool.name
+            )));
+        }
+        for namespace in &pool.namespaces {
+            if !namespaces.insert(namespace.as_str()) {
+                return Err(Error::invalid_config(format!(
+                    "namespace {namespace:?} is listed by two pools"
+                )));
+            }
+        }
+    }
+    if pools.iter().filter(|p| p.default).count() > 1 {
+        return Err(Error::invalid_config("more than one pool is the default"));
+    }
+    let ranges: Vec<(&str, &Range)> = pools
+        .iter()
+        .flat_map(|p| p.ranges.iter().map(move |r| (p.name.as_str(), r)))
+        .collect();
+    for (i, (a, ra)) in ranges.iter().enumerate() {
+        for (b, rb) in &ranges[i + 1..] {
+            if ra.cidr.contains(&rb.cidr) || rb.cidr.contains(&ra.cidr) {
+                return Err(Error::invalid_config(format!(
+                    "pools {a:?} ({}) and {b:?} ({}) overlap",
+                    ra.cidr, rb.cidr
+                )));
+            }
+        }
+    }
+    Ok(())
+}
