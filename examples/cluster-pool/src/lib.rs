@@ -173,6 +173,32 @@ struct Call<'a, S: Store> {
 }
 
 impl<S: Store> Call<'_, S> {
+    /// Takes the first free address of `block_net` (after sweeping it) for `holder`;
+    /// `None` when the block is full or no longer there. Shared by a node's own blocks
+    /// and the blocks it borrows from.
+    fn take_free(
+        &mut self,
+        range: &Range,
+        block_net: IpNet,
+        holder: &Holder,
+    ) -> Result<Option<IpAddr>, Error> {
+        let key = block_key(block_net);
+        let Some(mut block) = read::<Block>(self.store, &key)? else {
+            return Ok(None);
+        };
+        self.sweep(&mut block)?;
+        let Some(ip) = range
+            .addresses(block_net)
+            .find(|a| !block.ips.contains_key(a))
+        else {
+            return Ok(None);
+        };
+        block.ips.insert(ip, holder.clone());
+        block.empty_since = None;
+        write(self.store, &key, &block)?;
+        Ok(Some(ip))
+    }
+
     /// Drops a block's expired sticky holds (and their pods' records).
     fn sweep(&mut self, block: &mut Block) -> Result<(), Error> {
         let now = self.now;
@@ -218,18 +244,7 @@ impl<S: Store> Call<'_, S> {
     ) -> Result<(IpAddr, bool), Error> {
         let mine = self.my_blocks(range);
         for &block_net in &mine {
-            let key = block_key(block_net);
-            let Some(mut block) = read::<Block>(self.store, &key)? else {
-                continue;
-            };
-            self.sweep(&mut block)?;
-            if let Some(ip) = range
-                .addresses(block_net)
-                .find(|a| !block.ips.contains_key(a))
-            {
-                block.ips.insert(ip, holder.clone());
-                block.empty_since = None;
-                write(self.store, &key, &block)?;
+            if let Some(ip) = self.take_free(range, block_net, holder)? {
                 return Ok((ip, false));
             }
         }
@@ -299,18 +314,7 @@ impl<S: Store> Call<'_, S> {
         let start = (range.start_for(self.node) % claimed.len() as u128) as usize;
         let tries = claimed.len().min(MAX_BORROW_READS);
         for block_net in (0..tries).map(|i| claimed[(start + i) % claimed.len()]) {
-            let key = block_key(block_net);
-            let Some(mut block) = read::<Block>(self.store, &key)? else {
-                continue;
-            };
-            self.sweep(&mut block)?;
-            if let Some(ip) = range
-                .addresses(block_net)
-                .find(|a| !block.ips.contains_key(a))
-            {
-                block.ips.insert(ip, holder.clone());
-                block.empty_since = None;
-                write(self.store, &key, &block)?;
+            if let Some(ip) = self.take_free(range, block_net, holder)? {
                 return Ok(Some(ip));
             }
         }
