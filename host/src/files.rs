@@ -155,6 +155,27 @@ fn check_file_meta(path: &Path, meta: &fs::Metadata) -> io::Result<bool> {
     Ok(meta.mode() & 0o077 != 0)
 }
 
+/// Writes `bytes` to `path` through a temporary file in the same directory (made with
+/// `mode`, synced, then renamed over `path`), so a reader sees the old file or the new
+/// one, never part of one. The temporary is removed if anything fails.
+pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&tmp)
+        .and_then(|mut file| file.write_all(bytes).and_then(|()| file.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
 /// Makes a rename or a new name in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

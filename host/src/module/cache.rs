@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
@@ -462,21 +462,8 @@ fn check_owned(meta: &fs::Metadata) -> Result<(), String> {
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
-    let fail = |e: std::io::Error| CacheError(format!("cannot write {}: {e}", path.display()));
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(fail)?;
-    let written = file.write_all(bytes).and_then(|()| file.sync_all());
-    if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
-        let _ = fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(())
+    crate::files::write_atomically(path, bytes, 0o600)
+        .map_err(|e| CacheError(format!("cannot write {}: {e}", path.display())))
 }
 
 #[cfg(test)]

@@ -100,7 +100,7 @@ impl SignatureFile {
     /// Reads `MODULE.minisig`, if there is one.
     pub fn beside(module: &Path) -> Result<Option<Self>, CniError> {
         let path = signature_path(module);
-        let Some(text) = read_small(&path, "signature")? else {
+        let Some(text) = read_small(&path, "signature", false)? else {
             return Ok(None);
         };
         Self::parse(path, text).map(Some)
@@ -183,11 +183,11 @@ impl Policies {
     /// netconf or an operator named it).
     pub fn load(node: &Path, extra: Option<&Path>) -> Result<Self, CniError> {
         let mut policies = Policies::default();
-        if let Some(text) = read_small(node, "trust policy")? {
+        if let Some(text) = read_small(node, "trust policy", true)? {
             policies.add(node, &text)?;
         }
         if let Some(extra) = extra {
-            let text = read_small(extra, "trust policy")?.ok_or_else(|| {
+            let text = read_small(extra, "trust policy", true)?.ok_or_else(|| {
                 CniError::config(format!("trust policy {} does not exist", extra.display()))
             })?;
             policies.add(extra, &text)?;
@@ -353,7 +353,7 @@ impl Policy {
 
 /// Reads a small file the operator controls: `None` if it does not exist. A policy
 /// that another user could write is refused: it decides what runs as root.
-fn read_small(path: &Path, what: &str) -> Result<Option<String>, CniError> {
+fn read_small(path: &Path, what: &str, decides_trust: bool) -> Result<Option<String>, CniError> {
     let file = match File::options()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
@@ -390,9 +390,7 @@ fn read_small(path: &Path, what: &str) -> Result<Option<String>, CniError> {
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    if what == "trust policy"
-        && ((meta.uid() != euid && meta.uid() != 0) || meta.mode() & 0o022 != 0)
-    {
+    if decides_trust && ((meta.uid() != euid && meta.uid() != 0) || meta.mode() & 0o022 != 0) {
         return Err(refused(format!(
             "may be changed by another user (owner uid {}, mode {:o}); it must be owned by root or this user and writable by nobody else",
             meta.uid(),

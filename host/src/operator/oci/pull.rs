@@ -8,15 +8,14 @@ use crate::files;
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
-use crate::module::trust::{NODE_POLICY, Policies, SignatureFile, Verdict, signature_path};
+use crate::module::trust::{Policies, SignatureFile, Verdict, signature_path};
 use crate::operator::oci::{self, Descriptor, auth};
 use futures_util::StreamExt;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use serde_json::Value;
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// `wasm-ipam pull`'s arguments.
@@ -85,7 +84,7 @@ struct Fetched {
 }
 
 pub fn pull(args: &Pull, limits: &Limits) -> Result<Pulled, CniError> {
-    let policies = Policies::load(Path::new(NODE_POLICY), args.trust_policy.as_deref())?;
+    let policies = Policies::for_call(args.trust_policy.as_deref())?;
     let reference = oci::reference(&args.reference)?;
     let fetched = oci::runtime()?.block_on(fetch(&reference, args.insecure, limits))?;
     let file_name = format!("{}-{}.wasm", fetched.name, fetched.module_sha256);
@@ -163,22 +162,8 @@ fn write(
         .mode(0o755)
         .create(dir)
         .map_err(|e| failed(dir, e))?;
-    let put = |target: &Path, bytes: &[u8]| -> Result<(), CniError> {
-        let name = target.file_name().unwrap_or_default().to_string_lossy();
-        let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-        let result = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)
-            .and_then(|mut file| file.write_all(bytes).and_then(|()| file.sync_all()))
-            .and_then(|()| fs::rename(&tmp, target));
-        if let Err(e) = result {
-            let _ = fs::remove_file(&tmp);
-            return Err(failed(target, e));
-        }
-        Ok(())
+    let put = |target: &Path, bytes: &[u8]| {
+        files::write_atomically(target, bytes, 0o644).map_err(|e| failed(target, e))
     };
     if let Some(signature) = signature {
         put(&signature_path(path), signature.text().as_bytes())?;
