@@ -234,6 +234,26 @@ pub fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Va
     conf
 }
 
+/// Three nodes on `etcd` under `prefix`, with these `ipam` keys.
+pub fn cluster(etcd: &Etcd, prefix: &str, ipam: &Value) -> (Vec<Node>, Vec<Value>) {
+    let store = etcd.store(prefix);
+    let nodes: Vec<Node> = (0..3).map(|_| Node::new()).collect();
+    let confs = nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            node_conf(
+                node,
+                &format!("node-{n}"),
+                &cluster_pool_module(),
+                &store,
+                ipam.clone(),
+            )
+        })
+        .collect();
+    (nodes, confs)
+}
+
 /// `wasm-ipam list --json --netconf CONF_FILE EXTRA` on `node`'s lock and data dir.
 pub fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
     let mut args: Vec<std::ffi::OsString> = vec![
@@ -734,22 +754,8 @@ fn tls_with_a_client_certificate() {
 #[test]
 fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_blocks() {
     let etcd = Etcd::start(1);
-    let store = etcd.store("/c/");
-    let cluster: Vec<Node> = (0..3).map(|_| Node::new()).collect();
     let ipam = json!({"cidr": "10.90.0.0/16", "blockSize": 26, "deadlineSeconds": 120, "lockTimeoutSeconds": 600});
-    let confs: Vec<Value> = cluster
-        .iter()
-        .enumerate()
-        .map(|(n, node)| {
-            node_conf(
-                node,
-                &format!("node-{n}"),
-                &cluster_pool_module(),
-                &store,
-                ipam.clone(),
-            )
-        })
-        .collect();
+    let (cluster, confs) = cluster(&etcd, "/c/", &ipam);
     let started = Instant::now();
     let replies: Vec<(usize, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..3)

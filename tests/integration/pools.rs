@@ -2,7 +2,7 @@
 //! `Etcd` helper of `etcd.rs`): simulated nodes, each with its own lock, data dir
 //! and `nodeName`, as in `etcd.rs`.
 
-use crate::etcd::{Etcd, list_json, node_conf, write_conf};
+use crate::etcd::{Etcd, cluster, list_json, write_conf};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -25,26 +25,6 @@ fn tenant_pools(default: bool) -> Value {
         );
     }
     json!({"pools": pools, "blockSize": 26, "deadlineSeconds": 120, "lockTimeoutSeconds": 600})
-}
-
-/// Three nodes on `etcd` under `prefix`, with these `ipam` keys.
-fn cluster(etcd: &Etcd, prefix: &str, ipam: &Value) -> (Vec<Node>, Vec<Value>) {
-    let store = etcd.store(prefix);
-    let nodes: Vec<Node> = (0..3).map(|_| Node::new()).collect();
-    let confs = nodes
-        .iter()
-        .enumerate()
-        .map(|(n, node)| {
-            node_conf(
-                node,
-                &format!("node-{n}"),
-                &cluster_pool_module(),
-                &store,
-                ipam.clone(),
-            )
-        })
-        .collect();
-    (nodes, confs)
 }
 
 fn pod_args(namespace: &str, extra: &str) -> String {
