@@ -5,7 +5,9 @@
 //! and the SDK's builders start from an empty value. The derives are left off the enums
 //! (no variant is a natural default; wit-bindgen gives them `PartialEq` itself), off
 //! `request`, which holds one, and off inspect's `context` (the host always sends
-//! both), and off `error`: code 0 is no error, so the SDK compares errors by hand.
+//! both), and off `error`: code 0 is no error, so the SDK compares errors by hand; and off
+//! usage's `kind` and `pool-usage`, which has one ([`crate::PoolUsage`]'s constructors
+//! start it).
 
 wit_bindgen::generate!({
     path: "../wit",
@@ -13,5 +15,5 @@ wit_bindgen::generate!({
     pub_export_macro: true,
     default_bindings_module: "wasm_ipam_guest::bindings",
     additional_derives: [PartialEq, Eq, Default],
-    additional_derives_ignore: ["command", "level", "store-error", "request", "error", "context", "origin", "function"],
+    additional_derives_ignore: ["command", "level", "store-error", "request", "error", "context", "origin", "function", "kind", "pool-usage"],
 });

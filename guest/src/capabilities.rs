@@ -1,6 +1,6 @@
 //! Which of its exported functions a module implements itself, for the host's
 //! `cni:ipam/capabilities` export (`wasm-ipam inspect`): every SDK module exports all
-//! of `handler`, `inspect`, `migrate` and `nodes`, so only the module can say which
+//! of `handler`, `inspect`, `migrate`, `nodes`, `reservations` and `usage`, so only the module can say which
 //! answers are its own, which are defaults built from them, and which are defaults
 //! that answer "not implemented" (code 121).
 
@@ -19,6 +19,12 @@ pub fn capabilities<M: IpamModule>() -> Vec<Function> {
     } else {
         Origin::NotImplemented
     };
+    // usage is built on pools, which is the module's own or built on allocations.
+    let usage = if own("pools") {
+        Origin::Derived
+    } else {
+        from_allocations
+    };
     [
         ("handler.add", "add", Origin::Module),
         ("handler.del", "del", Origin::Module),
@@ -33,6 +39,14 @@ pub fn capabilities<M: IpamModule>() -> Vec<Function> {
             Origin::NotImplemented,
         ),
         ("nodes.release-node", "release_node", Origin::NotImplemented),
+        ("reservations.reserve", "reserve", Origin::NotImplemented),
+        (
+            "reservations.unreserve",
+            "unreserve",
+            Origin::NotImplemented,
+        ),
+        ("reservations.all", "reservations", Origin::NotImplemented),
+        ("usage.pools", "usage", usage),
     ]
     .into_iter()
     .map(|(name, function, default)| Function {
@@ -110,8 +124,14 @@ mod tests {
         );
         assert_eq!(origin::<Bare>("nodes.release-node"), Origin::NotImplemented);
         assert_eq!(
+            origin::<Bare>("reservations.reserve"),
+            Origin::NotImplemented
+        );
+        assert_eq!(origin::<Bare>("reservations.all"), Origin::NotImplemented);
+        assert_eq!(origin::<Bare>("usage.pools"), Origin::NotImplemented);
+        assert_eq!(
             origins::<Bare>().len(),
-            9,
+            13,
             "every exported function is listed"
         );
     }

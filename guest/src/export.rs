@@ -1,6 +1,6 @@
 //! [`export_module!`](crate::export_module): a type implementing
-//! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate`, `nodes`
-//! and `capabilities` exports, each call wrapped into the SDK's types and given the
+//! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate`, `nodes`,
+//! `capabilities`, `reservations` and `usage` exports, each call wrapped into the SDK's types and given the
 //! host's store.
 
 use crate::bindings::cni::ipam::types::Request as RawRequest;
@@ -9,7 +9,7 @@ use crate::bindings::exports::cni::ipam::nodes::Context as RawNodesContext;
 use crate::store::HostStore;
 use crate::{
     Allocation, Attachment, Context, Error, ImportReport, ImportRequest, IpamModule, IpamResult,
-    Pool, ReleaseReport, Request, StateFile,
+    Pool, PoolUsage, ReleaseReport, Request, Reservation, StateFile,
 };
 
 pub fn add<M: IpamModule>(raw: RawRequest) -> Result<IpamResult, Error> {
@@ -51,11 +51,35 @@ pub fn release_node<M: IpamModule>(
     M::release_node(&Context::of_nodes(raw)?, &node, dry_run, &mut HostStore)
 }
 
+pub fn reserve<M: IpamModule>(
+    raw: RawNodesContext,
+    cidr: String,
+    note: String,
+    force: bool,
+) -> Result<Reservation, Error> {
+    M::reserve(
+        &Context::of_nodes(raw)?,
+        &cidr,
+        &note,
+        force,
+        &mut HostStore,
+    )
+}
+pub fn unreserve<M: IpamModule>(raw: RawNodesContext, cidr: String) -> Result<Reservation, Error> {
+    M::unreserve(&Context::of_nodes(raw)?, &cidr, &mut HostStore)
+}
+pub fn reservations<M: IpamModule>(raw: RawNodesContext) -> Result<Vec<Reservation>, Error> {
+    M::reservations(&Context::of_nodes(raw)?, &HostStore)
+}
+pub fn usage<M: IpamModule>(raw: RawContext) -> Result<Vec<PoolUsage>, Error> {
+    M::usage(&Context::new(raw)?, &HostStore)
+}
+
 /// Natively the exports are left out; this keeps the check that the type is a module.
 pub const fn is_module<M: IpamModule>() {}
 
 /// Exports a type implementing [`IpamModule`] as this component's
-/// `handler`, `inspect`, `migrate`, `nodes` and `capabilities`.
+/// `handler`, `inspect`, `migrate`, `nodes`, `capabilities`, `reservations` and `usage`.
 ///
 /// Only a wasm32 build exports anything. Natively (`cargo test` of a module) the
 /// macro only checks that the type implements `IpamModule`, so a module invokes it
@@ -68,7 +92,8 @@ macro_rules! export_module {
             use $crate::bindings::cni::ipam::types as __types;
             use $crate::bindings::exports::cni::ipam::{
                 capabilities as __capabilities, handler as __handler, inspect as __inspect,
-                migrate as __migrate, nodes as __nodes,
+                migrate as __migrate, nodes as __nodes, reservations as __reservations,
+                usage as __usage,
             };
             struct __WasmIpamExport;
             impl __handler::Guest for __WasmIpamExport {
@@ -118,6 +143,32 @@ macro_rules! export_module {
                     dry_run: bool,
                 ) -> Result<__nodes::ReleaseReport, __types::Error> {
                     $crate::__export::release_node::<$module>(c, node, dry_run)
+                }
+            }
+            impl __reservations::Guest for __WasmIpamExport {
+                fn reserve(
+                    c: __nodes::Context,
+                    cidr: String,
+                    note: String,
+                    force: bool,
+                ) -> Result<__reservations::Reservation, __types::Error> {
+                    $crate::__export::reserve::<$module>(c, cidr, note, force)
+                }
+                fn unreserve(
+                    c: __nodes::Context,
+                    cidr: String,
+                ) -> Result<__reservations::Reservation, __types::Error> {
+                    $crate::__export::unreserve::<$module>(c, cidr)
+                }
+                fn all(
+                    c: __nodes::Context,
+                ) -> Result<Vec<__reservations::Reservation>, __types::Error> {
+                    $crate::__export::reservations::<$module>(c)
+                }
+            }
+            impl __usage::Guest for __WasmIpamExport {
+                fn pools(c: __inspect::Context) -> Result<Vec<__usage::PoolUsage>, __types::Error> {
+                    $crate::__export::usage::<$module>(c)
                 }
             }
             impl __capabilities::Guest for __WasmIpamExport {

@@ -68,8 +68,9 @@
 //! The module is instantiated only after the host holds the host-wide IPAM lock, and
 //! [`deadline`] measures the budget from that grant. Store writes are staged and
 //! committed by the host only when the handler returns `Ok`; inspect's handlers
-//! ([`IpamModule::allocations`], [`IpamModule::pools`]) only read, and so does
-//! [`IpamModule::release_node`] when asked for a dry run.
+//! ([`IpamModule::allocations`], [`IpamModule::pools`], [`IpamModule::usage`],
+//! [`IpamModule::reservations`]) only read, and so does [`IpamModule::release_node`]
+//! when asked for a dry run.
 //!
 //! Build with `cargo build --release --target wasm32-wasip2`; a module crate is a
 //! `cdylib` (the component) and an `rlib` (for its native tests).
@@ -86,6 +87,7 @@ mod module;
 mod request;
 mod result;
 pub mod store;
+mod usage;
 
 pub use bindings::cni::ipam::types::{
     Attachment, Command, Dns, Error, IpConfig, IpamResult, Route, WallInstant,
@@ -93,6 +95,8 @@ pub use bindings::cni::ipam::types::{
 pub use bindings::exports::cni::ipam::inspect::{Allocation, Pool};
 pub use bindings::exports::cni::ipam::migrate::{ImportReport, StateFile};
 pub use bindings::exports::cni::ipam::nodes::{ReleaseReport, ReleasedAddress};
+pub use bindings::exports::cni::ipam::reservations::Reservation;
+pub use bindings::exports::cni::ipam::usage::{Kind as UsageKind, PoolUsage};
 pub use capabilities::{Function, Origin, capabilities};
 pub use inspect::Context;
 pub use migrate::ImportRequest;

@@ -5,7 +5,7 @@ use crate::error::code;
 use crate::store::Store;
 use crate::{
     Allocation, Attachment, Command, Context, Error, ImportReport, ImportRequest, IpamResult, Pool,
-    ReleaseReport, Request,
+    PoolUsage, ReleaseReport, Request, Reservation,
 };
 
 /// What a module implements: one function per CNI command and per operator request,
@@ -181,6 +181,53 @@ pub trait IpamModule {
         Err(Error::unsupported(format!(
             "this module keeps nothing per node: nothing to release for node {node:?}"
         )))
+    }
+
+    /// Keeps `cidr` (an address or CIDR) out of use from the next ADD on
+    /// (`wasm-ipam reserve`). An address of it in use is an error unless `force`, which
+    /// leaves its holder alone and keeps it out of use after the holder's DEL.
+    /// `context.config()` is the operator's netconf. By default an error: the module
+    /// keeps no reservations.
+    fn reserve(
+        context: &Context,
+        cidr: &str,
+        note: &str,
+        force: bool,
+        store: &mut impl Store,
+    ) -> Result<Reservation, Error> {
+        let _ = (context, note, force, store);
+        Err(Error::unsupported(format!(
+            "this module keeps no reservations: cannot reserve {cidr}"
+        )))
+    }
+
+    /// Ends the reservation of exactly `cidr` (`wasm-ipam unreserve`) and answers it.
+    /// By default an error: the module keeps no reservations.
+    fn unreserve(
+        context: &Context,
+        cidr: &str,
+        store: &mut impl Store,
+    ) -> Result<Reservation, Error> {
+        let _ = (context, store);
+        Err(Error::unsupported(format!(
+            "this module keeps no reservations: cannot unreserve {cidr}"
+        )))
+    }
+
+    /// Every reservation, for `wasm-ipam list` (read-only). By default an error: the
+    /// module keeps no reservations.
+    fn reservations(context: &Context, store: &impl Store) -> Result<Vec<Reservation>, Error> {
+        let _ = (context, store);
+        Err(Error::unsupported("this module keeps no reservations"))
+    }
+
+    /// `stats` in detail: a row per pool and, if the module has them, per block of a
+    /// pool (read-only). By default [`IpamModule::pools`] as pool rows.
+    fn usage(context: &Context, store: &impl Store) -> Result<Vec<PoolUsage>, Error> {
+        Ok(Self::pools(context, store)?
+            .into_iter()
+            .map(PoolUsage::from_pool)
+            .collect())
     }
 }
 

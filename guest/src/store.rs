@@ -20,6 +20,14 @@ pub trait Store {
     /// Every entry whose key starts with `prefix`, in key order.
     fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)>;
 
+    /// [`Store::list`] for figures that only inform (a pool's use for a warning): in
+    /// a store several nodes share, what it reads is not checked at the commit, so
+    /// another node's write meanwhile does not make the call run again. Never decide
+    /// an allocation from it. Outside a host it is `list`.
+    fn peek(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.list(prefix)
+    }
+
     /// The value under `key` as text; `None` when absent or not UTF-8.
     fn get_string(&self, key: &str) -> Option<String> {
         self.get(key).and_then(|v| String::from_utf8(v).ok())
@@ -50,6 +58,9 @@ impl Store for HostStore {
     }
     fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
         wit::list_prefix(prefix)
+    }
+    fn peek(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        wit::peek_prefix(prefix)
     }
 }
 

@@ -1,5 +1,5 @@
 //! The module contract across versions: modules built against cni:ipam@0.1.0, 0.2.0
-//! and 0.2.2 run side by side on one node; `list` and `stats` ask
+//! and 0.2.3 run side by side on one node; `list` and `stats` ask
 //! each network's module (its `inspect` export) and say plainly when it has none;
 //! `wasm-ipam inspect` describes a module, which functions it implements and why the
 //! host would refuse it.
@@ -58,7 +58,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
         "mini",
     );
     // Built against the frozen 0.2.0 with wit-bindgen alone: the host, built from
-    // 0.2.2, finds its 0.2.0 exports and serves its 0.2.0 imports.
+    // 0.2.3, finds its 0.2.0 exports and serves its 0.2.0 imports.
     let v0_2_0 = named(
         node.netconf(
             "1.1.0",
@@ -94,7 +94,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
     Call::new("CHECK", "c2").run(&v0_2_0).ok();
     Call::new("DEL", "c1").run(&v0_2_0).ok();
     Call::new("STATUS", "").run(&v0_2_0).ok();
-    // And the 0.2.2 ones.
+    // And the 0.2.3 ones.
     assert_eq!(
         Call::new("ADD", "c1").run(&host_local).address(),
         "10.72.0.2/24"
@@ -148,6 +148,21 @@ fn modules_of_every_contract_version_run_side_by_side() {
     let (ok, _, stderr) = operator_output(&args);
     assert!(
         !ok && stderr.contains("does not export inspect"),
+        "{stderr}"
+    );
+    // A 0.2.0 module keeps no reservations: reserve says so and changes nothing.
+    let file = node.dir.path().join("v020.json");
+    std::fs::write(&file, v0_2_0.to_string()).unwrap();
+    let mut args = vec![
+        "reserve".to_string(),
+        "10.75.0.9".into(),
+        "--netconf".into(),
+        file.display().to_string(),
+    ];
+    args.extend(store_args(&node));
+    let (ok, _, stderr) = operator_output(&args);
+    assert!(
+        !ok && stderr.contains("does not export reservations"),
         "{stderr}"
     );
     let mut args = vec!["stats".to_string(), "--prometheus".into()];
@@ -246,11 +261,15 @@ fn inspect_tells_what_a_module_implements_from_its_defaults() {
     assert_eq!(origin(&minimal, "nodes.release-node"), "not-implemented");
     assert_eq!(origin(&minimal, "inspect.allocations"), "module");
     assert_eq!(origin(&minimal, "handler.check"), "derived");
+    assert_eq!(origin(&minimal, "reservations.reserve"), "not-implemented");
+    assert_eq!(origin(&minimal, "usage.pools"), "derived");
     let printed = text(&node, &minimal_module());
     for line in [
-        "inspect   yes ",
-        "migrate   default (not implemented) ",
-        "nodes     default (not implemented) ",
+        "inspect      yes ",
+        "migrate      default (not implemented) ",
+        "nodes        default (not implemented) ",
+        "reservations default (not implemented) ",
+        "usage        default (built on what it implements) ",
     ] {
         assert!(printed.contains(line), "{line:?} not in:\n{printed}");
     }
@@ -261,9 +280,9 @@ fn inspect_tells_what_a_module_implements_from_its_defaults() {
     assert_eq!(origin(&host_local, "handler.gc"), "module");
     assert_eq!(origin(&host_local, "nodes.release-node"), "not-implemented");
     let printed = text(&node, &host_local_module());
-    assert!(printed.contains("migrate   yes "), "{printed}");
+    assert!(printed.contains("migrate      yes "), "{printed}");
     assert!(
-        printed.contains("nodes     default (not implemented) "),
+        printed.contains("nodes        default (not implemented) "),
         "{printed}"
     );
 }
@@ -273,10 +292,12 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     let node = Node::new();
     let (ok, d) = describe(&node, &host_local_module());
     assert!(ok, "{d}");
-    assert_eq!(d["contract"], "cni:ipam@0.2.2");
+    assert_eq!(d["contract"], "cni:ipam@0.2.3");
     assert_eq!(d["exports_inspect"], true);
     assert_eq!(d["exports_migrate"], true);
     assert_eq!(d["exports_nodes"], true);
+    assert_eq!(d["exports_reservations"], true);
+    assert_eq!(d["exports_usage"], true);
     assert_eq!(d["accepted"], true);
     assert_eq!(d["cached_before"], false);
     assert_eq!(d["compile"]["how"], "compiled");
@@ -286,7 +307,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i["name"] == "cni:ipam/store@0.2.2" && i["provided"] == true),
+            .any(|i| i["name"] == "cni:ipam/store@0.2.3" && i["provided"] == true),
         "{d}"
     );
     // Described again, it comes from the cache the first run filled.
@@ -316,7 +337,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     );
     assert!(
         text(&node, &legacy_v0_2_module())
-            .contains("migrate   exported (implemented or not: unknown)"),
+            .contains("migrate      exported (implemented or not: unknown)"),
     );
     assert!(
         d["imports"]
@@ -347,7 +368,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
         d["refused_because"]
             .as_str()
             .unwrap()
-            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.2, or 0.1.0)"),
+            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.3, or 0.1.0)"),
         "{d}"
     );
 

@@ -11,3 +11,9 @@ pub const NO_POOL: u32 = 142;
 /// The node must borrow (at `maxBlocksPerNode`, or no free block) and
 /// `strictAffinity` forbids it; or a requested address's block is past the limit.
 pub const BLOCK_LIMIT: u32 = 143;
+/// A requested address is reserved (`wasm-ipam reserve`).
+pub const RESERVED: u32 = 144;
+/// `reserve` of addresses in use, without `--force`.
+pub const IN_USE: u32 = 145;
+/// `unreserve` of a CIDR that is not reserved.
+pub const NOT_RESERVED: u32 = 146;

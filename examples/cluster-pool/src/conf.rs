@@ -41,6 +41,7 @@ struct RawPool {
     namespaces: Vec<String>,
     #[serde(default)]
     default: bool,
+    warn_percent: Option<u8>,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +57,8 @@ pub struct Ipam {
     max_blocks_per_node: Option<usize>,
     #[serde(default)]
     strict_affinity: bool,
+    /// Every pool's `warnPercent` unless it sets its own.
+    warn_percent: Option<u8>,
 }
 
 /// A pool as the operator named it: one range per family, and which pods it serves.
@@ -64,6 +67,8 @@ pub struct NamedPool {
     pub ranges: Vec<Range>,
     pub namespaces: Vec<String>,
     pub default: bool,
+    /// Past this percent of a range's capacity in use, a call logs a warning.
+    pub warn_percent: Option<u8>,
 }
 
 pub struct Conf {
@@ -85,6 +90,7 @@ impl Conf {
                 cidr,
                 namespaces: Vec::new(),
                 default: true,
+                warn_percent: None,
             }],
             (None, Some(pools)) if !pools.is_empty() => pools,
             _ => {
@@ -118,11 +124,19 @@ impl Conf {
                     })
                 })
                 .collect::<Result<_, _>>()?;
+            let warn_percent = pool.warn_percent.or(ipam.warn_percent);
+            if warn_percent.is_some_and(|p| p == 0 || p > 100) {
+                return Err(Error::invalid_config(format!(
+                    "pool {:?}: warnPercent must lie between 1 and 100",
+                    pool.name
+                )));
+            }
             pools.push(NamedPool {
                 name: pool.name,
                 ranges,
                 namespaces: pool.namespaces,
                 default: pool.default,
+                warn_percent,
             });
         }
         check(&pools)?;

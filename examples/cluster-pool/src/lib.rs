@@ -40,11 +40,14 @@
 mod blocks;
 mod codes;
 mod conf;
+mod reserve;
 mod select;
+mod usage;
 
 use blocks::Range;
 use conf::{Conf, Ipam};
 use ipnet::IpNet;
+use reserve::Kept;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -170,9 +173,36 @@ struct Call<'a, S: Store> {
     conf: &'a Conf,
     node: &'a str,
     now: u64,
+    /// Each range's reservations, read once per call.
+    kept: BTreeMap<IpNet, Kept>,
+}
+
+impl<'a, S: Store> Call<'a, S> {
+    fn new(store: &'a mut S, conf: &'a Conf, node: &'a str, now: u64) -> Self {
+        Call {
+            store,
+            conf,
+            node,
+            now,
+            kept: BTreeMap::new(),
+        }
+    }
 }
 
 impl<S: Store> Call<'_, S> {
+    /// The reservations of `range` (a tracked read: a reservation committed meanwhile
+    /// makes this call run again).
+    fn kept(&mut self, range: &Range) -> Result<Kept, Error> {
+        if let Some(kept) = self.kept.get(&range.cidr) {
+            return Ok(kept.clone());
+        }
+        let all: reserve::Reservations =
+            read(self.store, &reserve::key(range))?.unwrap_or_default();
+        let kept = Kept::of(&all);
+        self.kept.insert(range.cidr, kept.clone());
+        Ok(kept)
+    }
+
     /// Takes the first free address of `block_net` (after sweeping it) for `holder`;
     /// `None` when the block is full or no longer there. Shared by a node's own blocks
     /// and the blocks it borrows from.
@@ -187,9 +217,10 @@ impl<S: Store> Call<'_, S> {
             return Ok(None);
         };
         self.sweep(&mut block)?;
+        let kept = self.kept(range)?;
         let Some(ip) = range
             .addresses(block_net)
-            .find(|a| !block.ips.contains_key(a))
+            .find(|a| !block.ips.contains_key(a) && !kept.contains(*a))
         else {
             return Ok(None);
         };
@@ -256,10 +287,11 @@ impl<S: Store> Call<'_, S> {
         };
         if let Some(block_net) = free {
             self.claim(range, block_net)?;
+            let kept = self.kept(range)?;
             let ip = range
                 .addresses(block_net)
-                .next()
-                .expect("a block has usable addresses");
+                .find(|a| !kept.contains(*a))
+                .expect("a block chosen for a free address has one");
             let mut block = Block {
                 node: self.node.to_string(),
                 ..Block::default()
@@ -321,15 +353,19 @@ impl<S: Store> Call<'_, S> {
         Ok(None)
     }
 
-    /// The first unclaimed block of `range` from where this node starts looking, if any.
-    fn unclaimed_block(&self, range: &Range) -> Result<Option<IpNet>, Error> {
+    /// The first unclaimed block of `range` with an address not reserved, from where
+    /// this node starts looking, if any.
+    fn unclaimed_block(&mut self, range: &Range) -> Result<Option<IpNet>, Error> {
         let claimed: BTreeSet<IpNet> = read(self.store, &pool_key(range))?.unwrap_or_default();
-        // Past claimed.len() + 1 candidates one is certainly free, if the range has one.
-        let tries = (claimed.len() as u128 + 1).min(range.blocks());
+        let kept = self.kept(range)?;
+        // Past claimed.len() + 1 candidates one is certainly unclaimed, if the range has
+        // one; each reservation can fill at most its own blocks besides.
+        let whole = reserve::MAX_PER_RANGE as u128 * 64;
+        let tries = (claimed.len() as u128 + 1 + whole).min(range.blocks());
         let start = range.start_for(self.node);
         Ok((0..tries)
             .map(|i| range.block((start + i) % range.blocks()))
-            .find(|b| !claimed.contains(b)))
+            .find(|b| !claimed.contains(b) && kept.in_block(range, *b) < range.usable()))
     }
 
     /// Claims `block` for this node, recording it in the range and the node's list.
@@ -350,6 +386,12 @@ impl<S: Store> Call<'_, S> {
             return Err(Error::invalid_config(format!(
                 "requested address {ip} is a block's network, gateway or last address"
             )));
+        }
+        if self.kept(range)?.contains(ip) {
+            return Err(Error::new(
+                codes::RESERVED,
+                format!("requested address {ip} is reserved (wasm-ipam list --reservations)"),
+            ));
         }
         let key = block_key(block_net);
         let mut block = match read::<Block>(self.store, &key)? {
@@ -398,9 +440,16 @@ impl<S: Store> Call<'_, S> {
         }
         let mut back = Vec::new();
         for ip in sticky.ips {
-            let Some(block_net) = self.conf.range_of(ip).and_then(|p| p.block_of(ip)) else {
+            let Some(range) = self.conf.range_of(ip).cloned() else {
                 continue;
             };
+            // Reserved since its DEL: the pod gets another address.
+            let Some(block_net) = range.block_of(ip) else {
+                continue;
+            };
+            if self.kept(&range)?.contains(ip) {
+                continue;
+            }
             let block_key = block_key(block_net);
             let Some(mut block) = read::<Block>(self.store, &block_key)? else {
                 continue;
@@ -421,9 +470,23 @@ impl<S: Store> Call<'_, S> {
 
     /// Releases one attachment's addresses (kept for its pod when sticky), then frees
     /// this node's blocks that have been empty past the grace period.
-    fn release(&mut self, id: &str, ifname: &str) -> Result<(), Error> {
-        self.release_attachment(id, ifname)?;
-        self.free_idle_blocks()
+    fn release(&mut self, id: &str, ifname: &str) -> Result<Vec<IpAddr>, Error> {
+        let released = self.release_attachment(id, ifname)?;
+        self.free_idle_blocks()?;
+        Ok(released)
+    }
+
+    /// Publishes this node's use of the ranges `ips` fall in and logs the warnings it
+    /// crosses (`usage::account`).
+    fn account(&mut self, ips: &[IpAddr]) -> Result<(), Error> {
+        let ranges: Vec<IpNet> = ips
+            .iter()
+            .filter_map(|ip| self.conf.range_of(*ip).map(|r| r.cidr))
+            .collect();
+        for line in usage::account(self.store, self.conf, self.node, &ranges)? {
+            log_warning(&line);
+        }
+        Ok(())
     }
 
     /// Releases one attachment's addresses (kept for its pod when sticky); answers
@@ -569,6 +632,7 @@ impl<S: Store> Call<'_, S> {
                     .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
             }
         }
+        usage::forget(self.store, self.conf, self.node)?;
         Ok(report)
     }
 }
@@ -618,12 +682,7 @@ impl IpamModule for ClusterPool {
             held_until: None,
         };
         let requested = requested(request)?;
-        let mut call = Call {
-            store,
-            conf: &conf,
-            node,
-            now,
-        };
+        let mut call = Call::new(store, &conf, node, now);
         // Each address and whether it is borrowed from another node's block.
         let mut got: Vec<(IpAddr, bool)> = Vec::new();
         if conf.sticky > 0
@@ -664,18 +723,16 @@ impl IpamModule for ClusterPool {
             borrowed: borrowed.clone(),
         };
         write(call.store, &key, &own)?;
+        call.account(&ips)?;
         Ok(result(&conf, &ips, &borrowed))
     }
 
     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
         let conf = Conf::of(request)?;
-        let mut call = Call {
-            store,
-            conf: &conf,
-            node: request.node_name(),
-            now: request.lock_granted_at().seconds,
-        };
-        call.release(request.container_id(), request.ifname())
+        let now = request.lock_granted_at().seconds;
+        let mut call = Call::new(store, &conf, request.node_name(), now);
+        let released = call.release(request.container_id(), request.ifname())?;
+        call.account(&released)
     }
 
     fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
@@ -713,16 +770,13 @@ impl IpamModule for ClusterPool {
                 (!valid).then(|| (id.to_string(), ifname.to_string()))
             })
             .collect();
-        let mut call = Call {
-            store,
-            conf: &conf,
-            node,
-            now: request.lock_granted_at().seconds,
-        };
+        let mut call = Call::new(store, &conf, node, request.lock_granted_at().seconds);
+        let mut released = Vec::new();
         for (id, ifname) in stale {
-            call.release(&id, &ifname)?;
+            released.extend(call.release(&id, &ifname)?);
         }
-        call.free_idle_blocks()
+        call.free_idle_blocks()?;
+        call.account(&released)
     }
 
     /// Releases everything of `node`, a node removed from the cluster: its attachments
@@ -734,14 +788,7 @@ impl IpamModule for ClusterPool {
         dry_run: bool,
         store: &mut impl Store,
     ) -> Result<ReleaseReport, Error> {
-        let conf = context
-            .ipam::<Ipam>()?
-            .ok_or_else(|| {
-                Error::invalid_config(
-                    "no configuration is recorded for the network: pass the operator its netconf",
-                )
-            })
-            .and_then(Conf::from_ipam)?;
+        let conf = operator_conf(context)?;
         if node == context.node_name() {
             return Err(Error::invalid_config(format!(
                 "node {node} cannot release itself: run release-node on a live node"
@@ -751,21 +798,9 @@ impl IpamModule for ClusterPool {
         let heir = context.node_name();
         if dry_run {
             let mut staged = Staged::over(&*store);
-            return Call {
-                store: &mut staged,
-                conf: &conf,
-                node,
-                now,
-            }
-            .release_node(heir);
+            return Call::new(&mut staged, &conf, node, now).release_node(heir);
         }
-        Call {
-            store,
-            conf: &conf,
-            node,
-            now,
-        }
-        .release_node(heir)
+        Call::new(store, &conf, node, now).release_node(heir)
     }
 
     /// Every attachment in the cluster, with the node it runs on.
@@ -797,47 +832,161 @@ impl IpamModule for ClusterPool {
         Ok(out)
     }
 
-    /// One row per range of each pool (`pool NAME CIDR`): its capacity, its addresses
-    /// in use and kept for sticky pods, in claimed blocks or borrowed alike. Rows
-    /// partition the network, as the host sums them into its totals.
+    /// One row per range of each pool (`pool NAME CIDR`), for hosts before 0.2.3
+    /// (`usage` says more): reserved addresses count as excluded.
     fn pools(context: &Context, store: &impl Store) -> Result<Vec<wasm_ipam_guest::Pool>, Error> {
-        let Some(conf) = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? else {
-            return Ok(Vec::new());
-        };
-        // One listing of every block (one store request), not a read per block.
-        let mut blocks = Vec::new();
-        for (key, value) in store.list("blk/") {
-            let Ok(block_net) = key["blk/".len()..].parse::<IpNet>() else {
-                continue;
-            };
-            let block: Block = decode(&key, &value)?;
-            let kept = block
-                .ips
-                .values()
-                .filter(|h| h.held_until.is_some())
-                .count() as u64;
-            blocks.push((block_net, block.ips.len() as u64 - kept, kept));
+        Ok(Self::usage(context, store)?
+            .into_iter()
+            .filter(|row| row.kind == UsageKind::Pool)
+            .map(|row| {
+                let pool = wasm_ipam_guest::Pool::new(row.name)
+                    .in_use(row.in_use)
+                    .cooling_down(row.cooling_down)
+                    .excluded(row.reserved);
+                match row.capacity {
+                    Some(capacity) => pool.capacity(capacity).free_from_capacity(),
+                    None => pool,
+                }
+            })
+            .collect())
+    }
+
+    /// One row per range of each pool (`pool NAME CIDR`): its capacity, its addresses
+    /// in use (borrowed ones included, in the lender's pool), kept for sticky pods,
+    /// reserved and borrowed; pool rows partition the network. Then a row per claimed
+    /// block, with its node.
+    fn usage(context: &Context, store: &impl Store) -> Result<Vec<PoolUsage>, Error> {
+        match context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? {
+            Some(conf) => usage::rows(store, &conf),
+            None => Ok(Vec::new()),
         }
-        let mut rows = Vec::new();
-        for pool in &conf.pools {
-            for range in &pool.ranges {
-                let (in_use, kept) = blocks
-                    .iter()
-                    .filter(|(net, _, _)| range.cidr.contains(net))
-                    .fold((0, 0), |(u, k), (_, used, held)| (u + used, k + held));
-                let capacity = u64::try_from(range.blocks().saturating_mul(range.usable()))
-                    .unwrap_or(u64::MAX);
-                rows.push(
-                    wasm_ipam_guest::Pool::new(format!("pool {} {}", pool.name, range.cidr))
-                        .capacity(capacity)
-                        .in_use(in_use)
-                        .cooling_down(kept)
-                        .free_from_capacity(),
-                );
+    }
+
+    /// Keeps `cidr` out of use on every node (see `reserve.rs`).
+    fn reserve(
+        context: &Context,
+        cidr: &str,
+        note: &str,
+        force: bool,
+        store: &mut impl Store,
+    ) -> Result<Reservation, Error> {
+        let conf = operator_conf(context)?;
+        let (range, net) = reserved_range(&conf, cidr)?;
+        let now = context.now().seconds;
+        let held = usage::held_in(&*store, range, net, now)?;
+        if !held.is_empty() && !force {
+            let shown: Vec<String> = held.iter().take(8).map(IpAddr::to_string).collect();
+            return Err(Error::new(
+                codes::IN_USE,
+                format!(
+                    "{} address(es) of {net} are held ({}{}): nothing was reserved; pass --force to reserve it anyway (they stay out of use once their pods are deleted)",
+                    held.len(),
+                    shown.join(", "),
+                    if held.len() > shown.len() {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+                ),
+            ));
+        }
+        let key = reserve::key(range);
+        let mut all: reserve::Reservations = read(store, &key)?.unwrap_or_default();
+        if !all.contains_key(&net) && all.len() >= reserve::MAX_PER_RANGE {
+            return Err(Error::invalid_config(format!(
+                "{} already has {} reservations, the most one range keeps: merge some into a wider CIDR",
+                range.cidr,
+                all.len()
+            )));
+        }
+        let since = all.get(&net).map_or(now, |r| r.since);
+        all.insert(
+            net,
+            reserve::Reserved {
+                note: note.to_string(),
+                since,
+            },
+        );
+        write(store, &key, &all)?;
+        Ok(Reservation::new(net, note, since).held(held))
+    }
+
+    /// Ends the reservation of exactly `cidr`.
+    fn unreserve(
+        context: &Context,
+        cidr: &str,
+        store: &mut impl Store,
+    ) -> Result<Reservation, Error> {
+        let conf = operator_conf(context)?;
+        let (range, net) = reserved_range(&conf, cidr)?;
+        let key = reserve::key(range);
+        let mut all: reserve::Reservations = read(store, &key)?.unwrap_or_default();
+        let Some(ended) = all.remove(&net) else {
+            return Err(Error::new(
+                codes::NOT_RESERVED,
+                format!("{net} is not reserved (wasm-ipam list --reservations lists what is)"),
+            ));
+        };
+        match all.is_empty() {
+            true => store.delete(&key).map(drop)?,
+            false => write(store, &key, &all)?,
+        }
+        let held = usage::held_in(&*store, range, net, context.now().seconds)?;
+        Ok(Reservation::new(net, ended.note, ended.since).held(held))
+    }
+
+    /// Every reservation of every pool, with its addresses held now.
+    fn reservations(context: &Context, store: &impl Store) -> Result<Vec<Reservation>, Error> {
+        let conf = operator_conf(context)?;
+        let mut out = Vec::new();
+        for range in conf.ranges() {
+            let all: reserve::Reservations = read(store, &reserve::key(range))?.unwrap_or_default();
+            for (net, r) in all {
+                let held = usage::held_in(store, range, net, context.now().seconds)?;
+                out.push(Reservation::new(net, r.note, r.since).held(held));
             }
         }
-        Ok(rows)
+        Ok(out)
     }
+}
+
+/// The network's configuration an operator command runs on.
+fn operator_conf(context: &Context) -> Result<Conf, Error> {
+    context
+        .ipam::<Ipam>()?
+        .ok_or_else(|| {
+            Error::invalid_config(
+                "no configuration is recorded for the network: pass the operator its netconf",
+            )
+        })
+        .and_then(Conf::from_ipam)
+}
+
+/// `cidr` (an address or CIDR) and the range of a pool that holds it whole.
+fn reserved_range<'a>(conf: &'a Conf, cidr: &str) -> Result<(&'a Range, IpNet), Error> {
+    let net = match cidr.parse::<IpNet>() {
+        Ok(net) => net.trunc(),
+        Err(_) => cidr.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+            Error::invalid_config(format!("{cidr:?} is neither an address nor a CIDR"))
+        })?,
+    };
+    let range = conf
+        .ranges()
+        .find(|r| r.cidr.contains(&net))
+        .ok_or_else(|| {
+            Error::invalid_config(format!(
+                "{net} is not within one range of the network's pools"
+            ))
+        })?;
+    Ok((range, net))
+}
+
+/// A warning for the host's log (natively, in unit tests, there is no host).
+fn log_warning(line: &str) {
+    #[cfg(target_arch = "wasm32")]
+    wasm_ipam_guest::log::warn(line);
+    #[cfg(not(target_arch = "wasm32"))]
+    let _ = line;
 }
 
 export_module!(ClusterPool);

@@ -633,3 +633,137 @@ fn block_of_in(cidr: &str, range: &str) -> String {
         .unwrap()
         .to_string()
 }
+
+fn usage_row(store: &MemoryStore, conf: &serde_json::Value, name: &str) -> PoolUsage {
+    ClusterPool::usage(&operator(conf, "a", 1), store)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("no row {name}"))
+}
+
+#[test]
+fn a_reservation_is_never_handed_out_until_it_is_ended() {
+    // One /28 block of 13 usable addresses: .2 to .14.
+    let conf = config(json!({"cidr": "10.244.0.0/28"}));
+    let ctx = operator(&conf, "a", 1);
+    let mut store = MemoryStore::default();
+    let first = add(&mut store, "a", "c0", 1, &conf);
+    assert_eq!(first, "10.244.0.2/28");
+    // In use: refused without --force, which keeps it out of use after its DEL.
+    let err = ClusterPool::reserve(&ctx, "10.244.0.2", "vip", false, &mut store).unwrap_err();
+    assert_eq!(err.code, codes::IN_USE, "{}", err.msg);
+    let made = ClusterPool::reserve(&ctx, "10.244.0.2", "vip", true, &mut store).unwrap();
+    assert_eq!((made.cidr.as_str(), made.held.len()), ("10.244.0.2/32", 1));
+    ClusterPool::reserve(&ctx, "10.244.0.4/30", "migrating", false, &mut store).unwrap();
+    del(&mut store, "a", "c0", 2, &conf);
+    // 13 usable, 5 reserved (.2, .4-.7): 8 ADDs on either node, none reserved.
+    let got: Vec<String> = (0..8)
+        .map(|i| {
+            add(
+                &mut store,
+                if i % 2 == 0 { "a" } else { "b" },
+                &format!("p{i}"),
+                3,
+                &conf,
+            )
+        })
+        .collect();
+    for ip in &got {
+        let ip: IpAddr = bare(ip).parse().unwrap();
+        assert!(
+            ![
+                "10.244.0.2",
+                "10.244.0.4",
+                "10.244.0.5",
+                "10.244.0.6",
+                "10.244.0.7"
+            ]
+            .contains(&ip.to_string().as_str()),
+            "{got:?}"
+        );
+    }
+    let full = ClusterPool::add(&call(Command::Add, "a", "p8", 3, &conf), &mut store).unwrap_err();
+    assert_eq!(full.code, codes::EXHAUSTED, "{}", full.msg);
+    // A request for a reserved address is refused.
+    let asked = call(Command::Add, "a", "p9", 3, &conf).with_args(&[("IP", "10.244.0.5")]);
+    let err = ClusterPool::add(&asked, &mut store).unwrap_err();
+    assert_eq!(err.code, codes::RESERVED, "{}", err.msg);
+    let row = usage_row(&store, &conf, "pool default 10.244.0.0/28");
+    assert_eq!(
+        (row.capacity, row.in_use, row.reserved, row.free),
+        (Some(13), 8, 5, Some(0))
+    );
+    let listed = ClusterPool::reservations(&ctx, &store).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[1].note, "migrating");
+    // Ended: usable again.
+    let err = ClusterPool::unreserve(&ctx, "10.244.0.3", &mut store).unwrap_err();
+    assert_eq!(err.code, codes::NOT_RESERVED);
+    ClusterPool::unreserve(&ctx, "10.244.0.4/30", &mut store).unwrap();
+    let next = add(&mut store, "a", "p10", 4, &conf);
+    assert!(
+        [
+            "10.244.0.4/28",
+            "10.244.0.5/28",
+            "10.244.0.6/28",
+            "10.244.0.7/28"
+        ]
+        .contains(&next.as_str()),
+        "{next}"
+    );
+    // Outside every pool, or not an address: refused.
+    let err = ClusterPool::reserve(&ctx, "10.9.0.1", "", false, &mut store).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+}
+
+#[test]
+fn usage_counts_borrowed_addresses_and_shows_blocks_with_their_nodes() {
+    let conf = config(json!({"maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    for i in 0..13 {
+        add(&mut store, "a", &format!("a{i}"), 1, &conf);
+    }
+    add(&mut store, "b", "b0", 1, &conf);
+    let borrowed = add(&mut store, "a", "a13", 1, &conf);
+    assert!(borrowed.ends_with("/32"), "{borrowed}");
+    let pool = usage_row(&store, &conf, "pool default 10.244.0.0/24");
+    assert_eq!((pool.in_use, pool.borrowed), (15, 1));
+    let lender = usage_row(&store, &conf, &block_of(&borrowed));
+    assert_eq!(lender.kind, UsageKind::Block);
+    assert_eq!(lender.node.as_deref(), Some("b"));
+    assert_eq!(lender.parent.as_deref(), Some("pool default 10.244.0.0/24"));
+    assert_eq!((lender.in_use, lender.borrowed), (2, 1));
+}
+
+#[test]
+fn each_node_publishes_its_use_and_the_call_past_warn_percent_records_it_once() {
+    // 16 blocks of 13: 208 addresses; 10% is 20.8, so the 21st address crosses.
+    let conf = config(json!({"warnPercent": 10}));
+    let mut store = MemoryStore::default();
+    for i in 0..20 {
+        let node = if i % 2 == 0 { "a" } else { "b" };
+        add(&mut store, node, &format!("p{i}"), 1, &conf);
+    }
+    assert!(store.get("warn/10.244.0.0/24").is_none());
+    assert_eq!(
+        store.get_string("use/10.244.0.0/24/a").as_deref(),
+        Some("10")
+    );
+    add(&mut store, "c", "p20", 1, &conf);
+    assert!(store.get("warn/10.244.0.0/24").is_some(), "past 10%");
+    assert_eq!(
+        usage_row(&store, &conf, "pool default 10.244.0.0/24").warn_percent,
+        Some(10)
+    );
+    // Back under: the record goes, so the next crossing warns again.
+    del(&mut store, "c", "p20", 2, &conf);
+    assert!(store.get("warn/10.244.0.0/24").is_none());
+    assert_eq!(
+        store.get_string("use/10.244.0.0/24/c").as_deref(),
+        Some("0")
+    );
+    let bad = config(json!({"warnPercent": 0}));
+    let err = ClusterPool::add(&call(Command::Add, "a", "x", 1, &bad), &mut store).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+}

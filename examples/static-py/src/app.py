@@ -1,4 +1,4 @@
-"""The component's exports: `cni:ipam@0.2.2`'s handler, inspect, migrate, nodes and
+"""The component's exports: `cni:ipam@0.2.3`'s handler, inspect, migrate, nodes and
 capabilities, over the pure functions of `static_ipam`.
 
 static keeps no state, so this module never touches the store: DEL, GC and STATUS
@@ -116,15 +116,40 @@ class Nodes(exports.Nodes):
         )
 
 
+class Reservations(exports.Reservations):
+    def _none(self, what: str):
+        return Err(
+            types.Error(code=NOT_IMPLEMENTED, msg=f"static keeps no reservations{what}", details="")
+        )
+
+    def reserve(self, context: nodes.Context, cidr: str, note: str, force: bool):
+        raise self._none(f": cannot reserve {cidr}")
+
+    def unreserve(self, context: nodes.Context, cidr: str):
+        raise self._none(f": cannot unreserve {cidr}")
+
+    def all(self, context: nodes.Context):
+        raise self._none("")
+
+
+class Usage(exports.Usage):
+    def pools(self, context: inspect.Context) -> list:
+        return []
+
+
 class Capabilities(exports.Capabilities):
     def functions(self) -> list[capabilities.Function]:
-        """Everything above is this module's own answer, but migrate and nodes only
-        say they do not apply (`wasm-ipam inspect` shows them as not implemented)."""
+        """Everything above is this module's own answer, but migrate, nodes and
+        reservations only say they do not apply (`wasm-ipam inspect` shows them as not implemented)."""
         origin = capabilities.Origin
-        not_implemented = {"migrate.import-state", "nodes.release-node"}
+        not_implemented = {
+            "migrate.import-state", "nodes.release-node", "reservations.reserve",
+            "reservations.unreserve", "reservations.all",
+        }
         names = [
             "handler.add", "handler.del", "handler.check", "handler.gc", "handler.status",
             "inspect.allocations", "inspect.pools", "migrate.import-state", "nodes.release-node",
+            "reservations.reserve", "reservations.unreserve", "reservations.all", "usage.pools",
         ]
         return [
             capabilities.Function(

@@ -1,8 +1,9 @@
-//! The one place the WIT worlds become Rust: `cni:ipam@0.2.2` (current, `wit/ipam.wit`)
+//! The one place the WIT worlds become Rust: `cni:ipam@0.2.3` (current, `wit/ipam.wit`)
 //! and `cni:ipam@0.1.0` (`wit/v0.1.0/`, still run; see docs/wit-versions.md). A 0.2.0
-//! or 0.2.1 module needs no bindings of its own: each later patch only adds an
-//! optional export, and wasmtime finds the older exports and serves their imports
-//! through 0.2.2's by their semver-compatible names (`…@0.2`). The host
+//! to 0.2.2 module needs no bindings of its own: each later patch only adds optional
+//! exports and functions an older module does not import, and wasmtime finds the
+//! older exports and serves their imports through 0.2.3's by their semver-compatible
+//! names (`…@0.2`). The host
 //! works in 0.2's types; a 0.1.0 module is reached through [`v0_1`]'s conversions
 //! (`module/host/v0_1.rs`). Imports are trappable so a host call made after the
 //! deadline (or failing in the store) stops the guest; exports are async so the host
@@ -33,4 +34,6 @@ pub mod v0_1 {
 }
 
 pub use current::cni::ipam::{deadline, log, store, types};
-pub use current::exports::cni::ipam::{capabilities, handler, inspect, migrate, nodes};
+pub use current::exports::cni::ipam::{
+    capabilities, handler, inspect, migrate, nodes, reservations, usage,
+};

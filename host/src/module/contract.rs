@@ -20,7 +20,7 @@ pub enum Contract {
 
 impl Contract {
     /// `wit/ipam.wit`: what the host's bindings, the SDK and the examples are built from.
-    pub const CURRENT: Contract = Contract::V0_2 { patch: 2 };
+    pub const CURRENT: Contract = Contract::V0_2 { patch: 3 };
 
     pub fn version(self) -> String {
         match self {
@@ -29,7 +29,7 @@ impl Contract {
         }
     }
 
-    /// `cni:ipam@0.2.2`.
+    /// `cni:ipam@0.2.3`.
     pub fn name(self) -> String {
         format!("cni:ipam@{}", self.version())
     }
@@ -123,6 +123,10 @@ pub struct Interfaces {
     pub nodes: bool,
     /// `capabilities` (since 0.2.2): which functions it implements, for `inspect`.
     pub capabilities: bool,
+    /// `reservations` (since 0.2.3), for `reserve`, `unreserve` and `list`.
+    pub reservations: bool,
+    /// `usage` (since 0.2.3), for `stats` in detail.
+    pub usage: bool,
 }
 
 impl Interfaces {
@@ -159,6 +163,8 @@ impl Interfaces {
             migrate: on_0_2("migrate"),
             nodes: on_0_2("nodes"),
             capabilities: on_0_2("capabilities"),
+            reservations: on_0_2("reservations"),
+            usage: on_0_2("usage"),
             imports,
             exports,
         }

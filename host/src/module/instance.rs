@@ -14,7 +14,9 @@
 use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
-use crate::module::bindings::{capabilities, handler, inspect, migrate, nodes, types, v0_1};
+use crate::module::bindings::{
+    capabilities, handler, inspect, migrate, nodes, reservations, types, usage, v0_1,
+};
 use crate::module::cache::ModuleCache;
 use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
 use crate::module::engine::{engine, engine_error};
@@ -52,6 +54,8 @@ pub struct LoadedModule {
     migrate: Option<migrate::GuestIndices>,
     nodes: Option<nodes::GuestIndices>,
     capabilities: Option<capabilities::GuestIndices>,
+    reservations: Option<reservations::GuestIndices>,
+    usage: Option<usage::GuestIndices>,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -73,6 +77,12 @@ impl LoadedModule {
     pub fn exports_capabilities(&self) -> bool {
         self.capabilities.is_some()
     }
+    pub fn exports_reservations(&self) -> bool {
+        self.reservations.is_some()
+    }
+    pub fn exports_usage(&self) -> bool {
+        self.usage.is_some()
+    }
 
     /// Why the module cannot be asked `work`: it lacks the export. Checked before the
     /// lock, so nothing waits for a question the module cannot answer.
@@ -83,6 +93,10 @@ impl LoadedModule {
             Work::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
             Work::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
             Work::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
+            Work::Reserve(_) | Work::Unreserve(..) | Work::Reservations(_) => {
+                (self.exports_reservations(), "reservations", "0.2.3")
+            }
+            Work::Usage(_) => (self.exports_usage(), "usage", "0.2.3"),
         };
         (!exported).then(|| {
             CniError::new(
@@ -125,6 +139,22 @@ pub enum Work {
     ReleaseNode(ReleaseNode),
     /// `capabilities.functions`.
     Capabilities,
+    /// `reservations.reserve`.
+    Reserve(Reserve),
+    /// `reservations.unreserve` of a CIDR.
+    Unreserve(nodes::Context, String),
+    /// `reservations.all`.
+    Reservations(nodes::Context),
+    /// `usage.pools`.
+    Usage(inspect::Context),
+}
+
+#[derive(Clone)]
+pub struct Reserve {
+    pub context: nodes::Context,
+    pub cidr: String,
+    pub note: String,
+    pub force: bool,
 }
 
 #[derive(Clone)]
@@ -153,6 +183,10 @@ pub enum Answer {
     Imported(migrate::ImportReport),
     Released(nodes::ReleaseReport),
     Capabilities(Vec<capabilities::Function>),
+    /// What `reserve` or `unreserve` made or ended.
+    Reservation(reservations::Reservation),
+    Reservations(Vec<reservations::Reservation>),
+    Usage(Vec<usage::PoolUsage>),
 }
 
 /// What a guest call left behind, whether it succeeded or not.
@@ -313,6 +347,19 @@ impl ModuleHost {
             ),
             false => None,
         };
+        let reservations = match interfaces.reservations {
+            true => Some(
+                reservations::GuestIndices::new(&pre)
+                    .map_err(|e| rejected(&without("reservations"), e))?,
+            ),
+            false => None,
+        };
+        let usage = match interfaces.usage {
+            true => {
+                Some(usage::GuestIndices::new(&pre).map_err(|e| rejected(&without("usage"), e))?)
+            }
+            false => None,
+        };
         Ok(LoadedModule {
             pre,
             handler,
@@ -320,6 +367,8 @@ impl ModuleHost {
             migrate,
             nodes,
             capabilities,
+            reservations,
+            usage,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -478,6 +527,48 @@ async fn ask(
                     .call_functions(&mut *store)
                     .await?,
             )),
+            None => unreachable!("refused above"),
+        },
+        Work::Reserve(reserve) => match &module.reservations {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_reserve(
+                    &mut *store,
+                    &reserve.context,
+                    &reserve.cidr,
+                    &reserve.note,
+                    reserve.force,
+                )
+                .await?
+                .map(Answer::Reservation)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Unreserve(context, cidr) => match &module.reservations {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_unreserve(&mut *store, &context, &cidr)
+                .await?
+                .map(Answer::Reservation)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Reservations(context) => match &module.reservations {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_all(&mut *store, &context)
+                .await?
+                .map(Answer::Reservations)
+                .map_err(module_error),
+            None => unreachable!("refused above"),
+        },
+        Work::Usage(context) => match &module.usage {
+            Some(indices) => indices
+                .load(&mut *store, instance)?
+                .call_pools(&mut *store, &context)
+                .await?
+                .map(Answer::Usage)
+                .map_err(module_error),
             None => unreachable!("refused above"),
         },
     })

@@ -12,7 +12,7 @@ use crate::module::trust::Policies;
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
-use crate::operator::{describe, gc, import, inventory, metrics, release_node};
+use crate::operator::{describe, gc, import, inventory, metrics, release_node, reserve};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
@@ -102,6 +102,9 @@ enum Operation {
         /// JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// List the reservations (`wasm-ipam reserve`) instead of the allocations.
+        #[arg(long)]
+        reservations: bool,
     },
     /// Per network and pool capacity, in use, free, excluded and cooling down, as each
     /// network's module reports them; and, from the log, lock wait / lock hold /
@@ -126,6 +129,10 @@ enum Operation {
         /// Only calls logged within this time before now (e.g. `1h`, `30m`).
         #[arg(long, value_parser = humantime::parse_duration)]
         since: Option<Duration>,
+        /// Show each pool's blocks (and their nodes) under it, when the module
+        /// reports them.
+        #[arg(long)]
+        blocks: bool,
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
@@ -248,6 +255,34 @@ enum Operation {
         /// Print what would be released; change nothing.
         #[arg(long)]
         dry_run: bool,
+    },
+    /// Keep an address or CIDR out of use in a network, on every node sharing its
+    /// store, from the next ADD on (through the module's `reservations` export). An
+    /// address of it in use is refused unless --force, which leaves the holder alone
+    /// and keeps the address out of use once it is deleted. See docs/cluster.md.
+    Reserve {
+        /// An address (`10.80.0.10`) or a CIDR (`10.80.3.0/28`).
+        cidr: String,
+        /// The network's configuration (or conflist): its module and its store.
+        #[arg(long)]
+        netconf: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Why: shown by `list --reservations`.
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Reserve it even if some of its addresses are in use.
+        #[arg(long)]
+        force: bool,
+    },
+    /// End the reservation of exactly this address or CIDR: its addresses can be
+    /// handed out again from the next ADD on.
+    Unreserve {
+        cidr: String,
+        #[arg(long)]
+        netconf: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
     },
     /// Import host-local's on-disk allocations so a node can switch without leaking
     /// or reusing addresses: the module serving the network (its `migrate` export)
@@ -406,6 +441,43 @@ fn since(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
+/// `list --reservations`: a table, or JSON.
+fn reservation_list(
+    reservations: Vec<inventory::Reservation>,
+    json: bool,
+    notes: Vec<String>,
+) -> Output {
+    let failed = !notes.is_empty();
+    if json {
+        let mut text = serde_json::to_string_pretty(&reservations).expect("serialisable");
+        text.push('\n');
+        return Output {
+            text,
+            notes,
+            failed,
+        };
+    }
+    let mut text = format!(
+        "{:<20} {:<43} {:<20} {:<6} {}\n",
+        "NETWORK", "RESERVED", "SINCE", "HELD", "NOTE"
+    );
+    for r in reservations {
+        text += &format!(
+            "{:<20} {:<43} {:<20} {:<6} {}\n",
+            printable(&r.network),
+            printable(&r.cidr),
+            since(r.since),
+            r.held.len(),
+            printable(&r.note)
+        );
+    }
+    Output {
+        text,
+        notes,
+        failed,
+    }
+}
+
 /// Runs an operator command; returns what to print.
 pub fn run(cli: Cli) -> Result<Output, CniError> {
     match cli.command {
@@ -415,10 +487,18 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             netconf,
             node,
             json,
+            reservations,
         } => {
             let place = store.place()?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
+            if reservations {
+                return Ok(reservation_list(
+                    inventory::reservations(&place, networks, &mut notes),
+                    json,
+                    notes,
+                ));
+            }
             crate::test_hook::test_panic("list");
             let mut allocations = inventory::allocations(&place, networks, &mut notes);
             if let Some(node) = &node {
@@ -461,6 +541,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             log_file,
             last,
             since,
+            blocks,
             prometheus,
             runtime_endpoint,
             valid_from,
@@ -477,6 +558,9 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 None => None,
             };
             let mut stats = inventory::network_stats(&place, networks, &mut notes);
+            if !blocks {
+                stats.iter_mut().for_each(|n| n.blocks.clear());
+            }
             if let Some((counts, leak_notes)) = leaks {
                 for n in &mut stats {
                     n.leak_candidates = counts.get(&n.network).copied();
@@ -637,6 +721,42 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let report = release_node::release_node(&asked, &node, &options, &mut notes)?;
             Ok(Output {
                 text: release_node::text(&network, &node, &report, dry_run),
+                notes,
+                failed: false,
+            })
+        }
+        Operation::Reserve {
+            cidr,
+            netconf,
+            store,
+            note,
+            force,
+        } => {
+            let net = reserve::cidr(&cidr)?;
+            let place = store.place()?;
+            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
+            let asked = Asked::new(&network, served_by, &place)?;
+            let mut notes = Vec::new();
+            let made = reserve::reserve(&asked, net, &note, force, &mut notes)?;
+            Ok(Output {
+                text: reserve::text(&network, "reserved", &made),
+                notes,
+                failed: false,
+            })
+        }
+        Operation::Unreserve {
+            cidr,
+            netconf,
+            store,
+        } => {
+            let net = reserve::cidr(&cidr)?;
+            let place = store.place()?;
+            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
+            let asked = Asked::new(&network, served_by, &place)?;
+            let mut notes = Vec::new();
+            let ended = reserve::unreserve(&asked, net, &mut notes)?;
+            Ok(Output {
+                text: reserve::text(&network, "unreserved", &ended),
                 notes,
                 failed: false,
             })

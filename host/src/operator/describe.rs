@@ -32,11 +32,13 @@ pub struct Description {
     pub signed_by: Option<String>,
     /// What the trust policies (the node's and `--trust-policy`) say of it.
     pub trust: String,
-    /// `cni:ipam@0.2.2`, if the module exports a handler of a version the host runs.
+    /// `cni:ipam@0.2.3`, if the module exports a handler of a version the host runs.
     pub contract: Option<String>,
     pub exports_inspect: bool,
     pub exports_migrate: bool,
     pub exports_nodes: bool,
+    pub exports_reservations: bool,
+    pub exports_usage: bool,
     pub imports: Vec<Import>,
     pub exports: Vec<String>,
     /// Each exported function and where its answer comes from (`module`, `derived`,
@@ -107,6 +109,8 @@ pub fn describe(
         exports_inspect: false,
         exports_migrate: false,
         exports_nodes: false,
+        exports_reservations: false,
+        exports_usage: false,
         imports: Vec::new(),
         exports: Vec::new(),
         functions: None,
@@ -142,6 +146,8 @@ pub fn describe(
     description.exports_inspect = interfaces.inspect;
     description.exports_migrate = interfaces.migrate;
     description.exports_nodes = interfaces.nodes;
+    description.exports_reservations = interfaces.reservations;
+    description.exports_usage = interfaces.usage;
     description.imports = interfaces
         .imports
         .iter()
@@ -289,10 +295,20 @@ impl Description {
                 "wasm-ipam import-host-local",
             ),
             ("nodes", self.exports_nodes, "wasm-ipam release-node"),
+            (
+                "reservations",
+                self.exports_reservations,
+                "wasm-ipam reserve, unreserve and list --reservations",
+            ),
+            (
+                "usage",
+                self.exports_usage,
+                "wasm-ipam stats (reserved, borrowed, blocks)",
+            ),
         ] {
             let _ = writeln!(
                 out,
-                "{interface:<9} {:<38} {command}",
+                "{interface:<12} {:<38} {command}",
                 self.implements(interface, exported)
             );
         }

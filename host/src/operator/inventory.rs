@@ -1,10 +1,11 @@
-//! The operators' view: every allocation, and per network its pools, as the module
-//! serving each network reports them through its `inspect` export. The host reads no
+//! The operators' view: every allocation and reservation, and per network its pools
+//! (and their blocks), as the module serving each network reports them through its
+//! `inspect`, `usage` and `reservations` exports. The host reads no
 //! module's keys; it only checks and bounds what a module says, since a module is a
 //! stranger's code and its answer reaches an operator's terminal.
 
 use crate::error::CniError;
-use crate::module::bindings::inspect;
+use crate::module::bindings::{inspect, reservations, usage};
 use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::pipeline::Writes;
@@ -17,6 +18,11 @@ use std::path::Path;
 /// The longest text field of an allocation or pool shown (ids, names, attributes);
 /// past it the field is cut and says how much was.
 const MAX_FIELD_BYTES: usize = 256;
+/// Most pool rows shown per network.
+const MAX_POOLS: usize = 1024;
+/// Most rows of any kind (pools and blocks, reservations, held addresses) kept of one
+/// module's answer.
+const MAX_ROWS: usize = 65_536;
 /// Latest `since` shown as a date (9999-12-31T23:59:59Z): RFC 3339 has four-digit years.
 pub const LAST_RFC3339_SECOND: u64 = 253_402_300_799;
 
@@ -33,16 +39,38 @@ pub struct Allocation {
     pub attributes: BTreeMap<String, String>,
 }
 
+/// A pool's row, or a block's (a part of a pool row, never summed).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PoolStats {
     pub network: String,
     pub pool: String,
+    /// For a block, its pool row's name.
+    pub parent: Option<String>,
+    /// For a block, the node it belongs to.
+    pub node: Option<String>,
     /// Addresses the pool can hand out, if the module knows it.
     pub capacity: Option<u64>,
     pub in_use: u64,
     pub excluded: u64,
     pub cooling_down: u64,
+    /// Kept out of use by a reservation (not in use).
+    pub reserved: u64,
+    /// Of in use, held in another node's block.
+    pub borrowed: u64,
     pub free: Option<u64>,
+    /// The module's warning threshold, percent of capacity in use.
+    pub warn_percent: Option<u8>,
+}
+
+/// A reservation as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reservation {
+    pub network: String,
+    pub cidr: String,
+    pub note: String,
+    pub since: u64,
+    /// Its addresses a pod holds now.
+    pub held: Vec<String>,
 }
 
 /// Each network's totals over its pools (as `stats` showed before pools existed).
@@ -54,8 +82,12 @@ pub struct NetworkStats {
     pub in_use: u64,
     pub excluded: u64,
     pub cooling_down: u64,
+    pub reserved: u64,
+    pub borrowed: u64,
     pub free: Option<u64>,
     pub pools: Vec<PoolStats>,
+    /// The blocks of its pools, when the module reports them.
+    pub blocks: Vec<PoolStats>,
     /// Allocations `gc` would release now (its dry run with the default grace), when
     /// `stats` was given the runtime to ask.
     pub leak_candidates: Option<u64>,
@@ -138,25 +170,94 @@ pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) ->
     out
 }
 
-/// Every pool of the networks asked, grouped per network with its totals.
+/// Every reservation of the networks asked whose module keeps them, in network order.
+pub fn reservations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Reservation> {
+    let (asked, unusable) = asked_all(place, networks);
+    notes.extend(unusable);
+    let mut out = Vec::new();
+    for asked in asked {
+        let answer = asked.run("list", notes, |session| {
+            if !session.module().exports_reservations() {
+                return Ok(None);
+            }
+            let work = Work::Reservations(asked.nodes_context());
+            match session.ask(work, Writes::ReadOnly) {
+                Ok(answer) => Ok(Some(answer)),
+                // A module that keeps no reservations has none to show.
+                Err(e) if e.code == crate::error::code::NOT_IMPLEMENTED => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        match answer {
+            Ok(Some(Answer::Reservations(list))) => out.extend(
+                list.into_iter()
+                    .take(MAX_ROWS)
+                    .map(|r| checked_reservation(&asked.network, r)),
+            ),
+            Ok(_) => {}
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    out
+}
+
+/// Every pool (and block) of the networks asked, grouped per network with its totals:
+/// `usage` if the module exports it, else `inspect`'s pools.
 pub fn network_stats(
     place: &Place,
     networks: Records,
     notes: &mut Vec<String>,
 ) -> Vec<NetworkStats> {
-    ask_each(
-        place,
-        "stats",
-        networks,
-        |a| Work::Pools(a.context()),
-        notes,
-    )
-    .into_iter()
-    .filter_map(|(network, answer)| match answer {
-        Answer::Pools(pools) => Some(totals(&network, pools)),
-        _ => None,
-    })
-    .collect()
+    let (asked, unusable) = asked_all(place, networks);
+    notes.extend(unusable);
+    let mut out = Vec::new();
+    for asked in asked {
+        let answer = asked.run("stats", notes, |session| {
+            let work = match session.module().exports_usage() {
+                true => Work::Usage(asked.context()),
+                false => Work::Pools(asked.context()),
+            };
+            session.ask(work, Writes::ReadOnly)
+        });
+        match answer {
+            Ok(Answer::Usage(rows)) => out.push(totals(&asked.network, rows)),
+            Ok(Answer::Pools(pools)) => out.push(totals(
+                &asked.network,
+                pools.into_iter().map(pool_row).collect(),
+            )),
+            Ok(_) => {}
+            Err(e) => notes.push(e.to_string()),
+        }
+    }
+    out
+}
+
+/// `inspect`'s pool record as a pool row.
+fn pool_row(p: inspect::Pool) -> usage::PoolUsage {
+    usage::PoolUsage {
+        kind: usage::Kind::Pool,
+        name: p.name,
+        parent: None,
+        node: None,
+        capacity: p.capacity,
+        in_use: p.in_use,
+        excluded: p.excluded,
+        cooling_down: p.cooling_down,
+        reserved: 0,
+        borrowed: 0,
+        free: p.free,
+        warn_percent: None,
+    }
+}
+
+fn checked_reservation(network: &str, r: reservations::Reservation) -> Reservation {
+    Reservation {
+        network: network.to_string(),
+        cidr: field(&r.cidr),
+        note: field(&r.note),
+        since: r.since,
+        held: r.held.iter().take(MAX_ROWS).map(|a| field(a)).collect(),
+    }
 }
 
 /// A module's allocation as shown: the address must be an IP address (a prefix length
@@ -194,20 +295,27 @@ fn field(text: &str) -> String {
     crate::limits::truncated(text, MAX_FIELD_BYTES).to_string()
 }
 
-fn totals(network: &str, pools: Vec<inspect::Pool>) -> NetworkStats {
-    let pools: Vec<PoolStats> = pools
+fn totals(network: &str, rows: Vec<usage::PoolUsage>) -> NetworkStats {
+    let row = |p: usage::PoolUsage| PoolStats {
+        network: network.to_string(),
+        pool: field(&p.name),
+        parent: p.parent.as_deref().map(field),
+        node: p.node.as_deref().map(field),
+        capacity: p.capacity,
+        in_use: p.in_use,
+        excluded: p.excluded,
+        cooling_down: p.cooling_down,
+        reserved: p.reserved,
+        borrowed: p.borrowed,
+        free: p.free,
+        warn_percent: p.warn_percent.filter(|p| *p <= 100),
+    };
+    let (pools, blocks): (Vec<_>, Vec<_>) = rows
         .into_iter()
-        .take(1024)
-        .map(|p| PoolStats {
-            network: network.to_string(),
-            pool: field(&p.name),
-            capacity: p.capacity,
-            in_use: p.in_use,
-            excluded: p.excluded,
-            cooling_down: p.cooling_down,
-            free: p.free,
-        })
-        .collect();
+        .take(MAX_ROWS)
+        .partition(|p| p.kind == usage::Kind::Pool);
+    let pools: Vec<PoolStats> = pools.into_iter().take(MAX_POOLS).map(row).collect();
+    let blocks: Vec<PoolStats> = blocks.into_iter().map(row).collect();
     let sum = |f: fn(&PoolStats) -> Option<u64>| -> Option<u64> {
         pools
             .iter()
@@ -219,8 +327,11 @@ fn totals(network: &str, pools: Vec<inspect::Pool>) -> NetworkStats {
         in_use: sum(|p| Some(p.in_use)).unwrap_or(0),
         excluded: sum(|p| Some(p.excluded)).unwrap_or(0),
         cooling_down: sum(|p| Some(p.cooling_down)).unwrap_or(0),
+        reserved: sum(|p| Some(p.reserved)).unwrap_or(0),
+        borrowed: sum(|p| Some(p.borrowed)).unwrap_or(0),
         free: sum(|p| p.free),
         pools,
+        blocks,
         leak_candidates: None,
     }
 }
@@ -257,13 +368,15 @@ mod tests {
 
     #[test]
     fn totals_are_known_only_when_every_pool_s_are() {
-        let pool = |name: &str, capacity: Option<u64>, free: Option<u64>| inspect::Pool {
-            name: name.into(),
-            capacity,
-            in_use: 2,
-            excluded: 1,
-            cooling_down: 1,
-            free,
+        let pool = |name: &str, capacity: Option<u64>, free: Option<u64>| {
+            pool_row(inspect::Pool {
+                name: name.into(),
+                capacity,
+                in_use: 2,
+                excluded: 1,
+                cooling_down: 1,
+                free,
+            })
         };
         let both = totals(
             "n",
@@ -280,5 +393,37 @@ mod tests {
         );
         assert_eq!((one_unknown.capacity, one_unknown.free), (None, None));
         assert_eq!(one_unknown.pools.len(), 2);
+    }
+
+    #[test]
+    fn block_rows_are_shown_apart_and_never_summed() {
+        let row = |kind: usage::Kind, name: &str, in_use: u64, borrowed: u64| usage::PoolUsage {
+            kind,
+            name: name.into(),
+            parent: (kind == usage::Kind::Block).then(|| "pool p 10.0.0.0/24".into()),
+            node: None,
+            capacity: Some(61),
+            in_use,
+            excluded: 0,
+            cooling_down: 0,
+            reserved: 3,
+            borrowed,
+            free: None,
+            warn_percent: Some(101),
+        };
+        let stats = totals(
+            "n",
+            vec![
+                row(usage::Kind::Pool, "pool p 10.0.0.0/24", 5, 1),
+                row(usage::Kind::Block, "10.0.0.0/26", 4, 1),
+                row(usage::Kind::Block, "10.0.0.64/26", 1, 0),
+            ],
+        );
+        assert_eq!((stats.in_use, stats.borrowed, stats.reserved), (5, 1, 3));
+        assert_eq!((stats.pools.len(), stats.blocks.len()), (1, 2));
+        assert_eq!(
+            stats.pools[0].warn_percent, None,
+            "over 100 is not a percent"
+        );
     }
 }

@@ -235,6 +235,18 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
         "Released addresses not yet reusable.",
         &rows(|n| Some(n.cooling_down)),
     );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_reserved",
+        "Addresses kept out of use by a reservation, not in use.",
+        &rows(|n| Some(n.reserved)),
+    );
+    gauge(
+        &mut out,
+        "wasm_ipam_addresses_borrowed",
+        "Addresses in use held in another node's block.",
+        &rows(|n| Some(n.borrowed)),
+    );
     if networks.iter().any(|n| n.leak_candidates.is_some()) {
         gauge(
             &mut out,
@@ -269,6 +281,21 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
             "wasm_ipam_pool_addresses_cooling_down",
             "Released addresses of the pool not yet reusable.",
             |p| Some(p.cooling_down),
+        ),
+        (
+            "wasm_ipam_pool_addresses_reserved",
+            "Addresses of the pool kept out of use by a reservation, not in use.",
+            |p| Some(p.reserved),
+        ),
+        (
+            "wasm_ipam_pool_addresses_borrowed",
+            "Addresses of the pool in use held in another node's block.",
+            |p| Some(p.borrowed),
+        ),
+        (
+            "wasm_ipam_pool_warn_percent",
+            "The module's warning threshold: percent of the pool's capacity in use.",
+            |p| p.warn_percent.map(u64::from),
         ),
     ];
     for (name, help, value) in POOL_METRICS {
@@ -329,39 +356,65 @@ pub fn table(
     };
     let _ = writeln!(
         out,
-        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}{}",
+        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
         "NETWORK",
         "CAPACITY",
         "IN USE",
         "FREE",
         "EXCLUDED",
         "COOLING",
+        "RESERVED",
+        "BORROWED",
         if leaks { "  LEAKS" } else { "" }
     );
+    let row = |out: &mut String, name: String, p: &PoolStats| {
+        let _ = writeln!(
+            out,
+            "{name:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}",
+            opt(p.capacity),
+            p.in_use,
+            opt(p.free),
+            p.excluded,
+            p.cooling_down,
+            p.reserved,
+            p.borrowed
+        );
+    };
     for n in networks {
         let _ = writeln!(
             out,
-            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8}{}",
+            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
             printable(&n.network),
             opt(n.capacity),
             n.in_use,
             opt(n.free),
             n.excluded,
             n.cooling_down,
+            n.reserved,
+            n.borrowed,
             leak_column(n.leak_candidates)
         );
-        // A network of one pool is its pool; several are shown each.
-        for p in n.pools.iter().filter(|_| n.pools.len() > 1) {
-            let _ = writeln!(
-                out,
-                "  {:<22} {:>10} {:>8} {:>8} {:>9} {:>8}",
-                printable(&p.pool),
-                opt(p.capacity),
-                p.in_use,
-                opt(p.free),
-                p.excluded,
-                p.cooling_down
-            );
+        // A network of one pool is its pool; several are shown each, each pool with
+        // its blocks when they were asked for (`--blocks`).
+        for p in &n.pools {
+            if n.pools.len() > 1 {
+                row(&mut out, format!("  {}", printable(&p.pool)), p);
+            }
+            for b in n
+                .blocks
+                .iter()
+                .filter(|b| b.parent.as_ref() == Some(&p.pool))
+            {
+                let node = b
+                    .node
+                    .as_deref()
+                    .map_or(String::new(), |n| format!(" ({})", printable(n)));
+                row(
+                    &mut out,
+                    format!("    block {}{node}", printable(&b.pool)),
+                    b,
+                );
+            }
         }
     }
     match log {

@@ -1,5 +1,5 @@
 //! The operators' commands (`wasm-ipam install | list | stats | inspect | forget |
-//! gc | release-node | precompile | pull | push | store | import-host-local | try |
+//! gc | release-node | reserve | unreserve | precompile | pull | push | store | import-host-local | try |
 //! new`): what a person on the node runs, beside the CNI calls the
 //! runtime makes. `ask` is how they reach a network's module.
 
@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod new;
 pub mod oci;
 pub mod release_node;
+pub mod reserve;
 pub mod runtime;
 pub mod try_call;

@@ -26,7 +26,7 @@ use crate::lock::{self, deadline::Deadline};
 use crate::logging;
 use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
-use crate::module::host::{GuestLog, GuestState, GuestStore};
+use crate::module::host::{GuestLine, GuestLog, GuestState, GuestStore};
 use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Work};
 use crate::module::trust::Policies;
 use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written};
@@ -209,6 +209,7 @@ fn attempts<T>(
             store: Some(store),
             staged: None,
             forgotten: None,
+            log: Vec::new(),
             report,
         };
         let result = steps(&mut session).and_then(|answer| session.commit().map(|w| (answer, w)));
@@ -216,11 +217,14 @@ fn attempts<T>(
             .store
             .take()
             .expect("a session gives its store back");
+        let log = std::mem::take(&mut session.log);
         if result.is_err() && store.conflicted() && !deadline.expired() {
+            // Run again on a fresh snapshot: this attempt's messages go with its writes.
             report.retries += 1;
             store.begin();
             continue;
         }
+        log.iter().for_each(GuestLine::emit);
         break result;
     };
     report.etcd = store.etcd_figures();
@@ -240,10 +244,17 @@ pub struct Session<'a> {
     staged: Option<(Changes, Option<AttachmentChange>)>,
     /// A removal of the network ([`Session::forget_network`]), to sync after release.
     forgotten: Option<Written>,
+    /// The module's log messages of this attempt, written once it is decided.
+    log: Vec<GuestLine>,
     report: &'a mut GuestReport,
 }
 
 impl Session<'_> {
+    /// The module asked, for what it exports.
+    pub fn module(&self) -> &LoadedModule {
+        &self.loaded.module
+    }
+
     /// When the lock was granted, in Unix seconds: "now" for what a run decides.
     pub fn granted_unix(&self) -> u64 {
         since_epoch(self.deadline).as_secs()
@@ -287,6 +298,7 @@ impl Session<'_> {
         self.report.budget_used = self.deadline.elapsed();
         outcome.state.log_output();
         self.report.log_dropped += outcome.state.log.dropped();
+        self.log.extend(outcome.state.log.take_lines());
         let (store, changes) = outcome.state.store.into_parts();
         self.store = Some(store);
         let answer = outcome.result?;
@@ -404,6 +416,9 @@ fn stamp(work: &mut Work, deadline: Deadline) {
         Work::Handle(request, _) => request.lock_granted_at = at,
         Work::Allocations(context) | Work::Pools(context) => context.now = at,
         Work::ReleaseNode(release) => release.context.now = at,
+        Work::Reserve(reserve) => reserve.context.now = at,
+        Work::Unreserve(context, _) | Work::Reservations(context) => context.now = at,
+        Work::Usage(context) => context.now = at,
         Work::Import(_) | Work::Capabilities => {}
     }
 }

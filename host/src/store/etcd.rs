@@ -471,6 +471,25 @@ impl Store for EtcdStore {
         Ok(())
     }
 
+    /// At the call's snapshot, like every read, but not recorded: the commit does not
+    /// compare what a peek saw.
+    fn peek_prefix(
+        &self,
+        network: &str,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), CniError> {
+        let entries = self.entry_key(network, "");
+        let kvs = self.read("peek", self.entry_key(network, prefix), true)?;
+        for kv in &kvs {
+            let key = String::from_utf8_lossy(&kv.key()[entries.len()..]);
+            if visit(&key, kv.value()).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
         let all = format!("{}n/", self.prefix).into_bytes();
         let key = match network {

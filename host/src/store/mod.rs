@@ -152,6 +152,18 @@ pub trait Store: Send {
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError>;
 
+    /// [`Store::visit_prefix`] for figures that only inform (`store.peek-prefix`): a
+    /// store that checks a call's reads at its commit leaves these out, so another
+    /// writer's change to them does not make the call run again.
+    fn peek_prefix(
+        &self,
+        network: &str,
+        prefix: &str,
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) -> Result<(), CniError> {
+        self.visit_prefix(network, prefix, visit)
+    }
+
     /// Every entry of every network (or of `network` only), as (network, key, value).
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError>;
 

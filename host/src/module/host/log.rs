@@ -1,7 +1,9 @@
 //! `cni:ipam/log`: guest messages go to the host's log file, never to stdout (which
 //! carries the CNI result). One call writes at most its log budget (`logLimitKiB`):
 //! later messages are dropped and counted in the call's invocation line, so a module
-//! cannot fill the node's disk.
+//! cannot fill the node's disk. Messages are held until the attempt's end: one whose
+//! commit conflicted in a shared store runs again, and its messages go with its writes
+//! (a warning logged once per event stays once).
 
 use super::DeadlineExceeded;
 use crate::limits::truncated;
@@ -19,6 +21,28 @@ pub struct GuestLog {
     budget: usize,
     written: usize,
     dropped: u64,
+    held: Vec<GuestLine>,
+}
+
+/// One message, held until its attempt's outcome is known.
+pub struct GuestLine {
+    level: Level,
+    stream: &'static str,
+    message: String,
+}
+
+impl GuestLine {
+    /// Writes it to the host's log.
+    pub fn emit(&self) {
+        let (stream, message) = (self.stream, &self.message);
+        match self.level {
+            Level::Trace => tracing::trace!(target: "guest", stream, "{message}"),
+            Level::Debug => tracing::debug!(target: "guest", stream, "{message}"),
+            Level::Info => tracing::info!(target: "guest", stream, "{message}"),
+            Level::Warn => tracing::warn!(target: "guest", stream, "{message}"),
+            Level::Error => tracing::error!(target: "guest", stream, "{message}"),
+        }
+    }
 }
 
 impl GuestLog {
@@ -28,7 +52,13 @@ impl GuestLog {
             budget,
             written: 0,
             dropped: 0,
+            held: Vec::new(),
         }
+    }
+
+    /// The messages kept, for the caller to emit once the attempt is decided.
+    pub fn take_lines(&mut self) -> Vec<GuestLine> {
+        std::mem::take(&mut self.held)
     }
 
     /// Messages dropped because the call's log budget was spent.
@@ -36,8 +66,8 @@ impl GuestLog {
         self.dropped
     }
 
-    /// Logs `message` from the guest's `stream` if the budget allows, else counts it.
-    pub fn write(&mut self, level: Level, stream: &str, message: &str) {
+    /// Keeps `message` from the guest's `stream` if the budget allows, else counts it.
+    pub fn write(&mut self, level: Level, stream: &'static str, message: &str) {
         let message = truncated(message, MAX_MESSAGE_BYTES);
         let cost = message.len() + LINE_OVERHEAD;
         if self.written + cost > self.budget {
@@ -45,13 +75,11 @@ impl GuestLog {
             return;
         }
         self.written += cost;
-        match level {
-            Level::Trace => tracing::trace!(target: "guest", stream, "{message}"),
-            Level::Debug => tracing::debug!(target: "guest", stream, "{message}"),
-            Level::Info => tracing::info!(target: "guest", stream, "{message}"),
-            Level::Warn => tracing::warn!(target: "guest", stream, "{message}"),
-            Level::Error => tracing::error!(target: "guest", stream, "{message}"),
-        }
+        self.held.push(GuestLine {
+            level,
+            stream,
+            message: message.to_string(),
+        });
     }
 }
 

@@ -6,7 +6,7 @@ mod log;
 mod store;
 mod v0_1;
 
-pub use log::GuestLog;
+pub use log::{GuestLine, GuestLog};
 pub use store::GuestStore;
 
 use crate::limits::{Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};

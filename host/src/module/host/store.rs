@@ -126,9 +126,21 @@ impl Host for GuestStore {
         Ok(self.stage(key, None).map(|()| present))
     }
 
-    /// The committed entries under `prefix` merged with the staged ones, built within
-    /// what the host memory limit leaves beside the staged set, and within the deadline.
     fn list_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
+        self.listed(prefix, false)
+    }
+
+    /// `list-prefix` whose reads the commit does not check (see the WIT).
+    fn peek_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
+        self.listed(prefix, true)
+    }
+}
+
+impl GuestStore {
+    /// The committed entries under `prefix` merged with the staged ones, built within
+    /// what the host memory limit leaves beside the staged set, and within the
+    /// deadline; `peek` leaves the committed ones out of what the commit checks.
+    fn listed(&mut self, prefix: String, peek: bool) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
         self.check_deadline()?;
         let allowed = self.host_memory.saturating_sub(self.staged_bytes);
         let mut answer = BTreeMap::new();
@@ -147,25 +159,30 @@ impl Host for GuestStore {
             Ok(())
         };
         let mut seen = 0usize;
-        self.store
-            .visit_prefix(&self.network, &prefix, &mut |key, value| {
-                seen += 1;
-                if seen.is_multiple_of(LISTED_PER_CLOCK_CHECK) && self.deadline.expired() {
-                    stop = Some(wasmtime::Error::new(DeadlineExceeded));
-                    return ControlFlow::Break(());
+        let mut visit = |key: &str, value: &[u8]| {
+            seen += 1;
+            if seen.is_multiple_of(LISTED_PER_CLOCK_CHECK) && self.deadline.expired() {
+                stop = Some(wasmtime::Error::new(DeadlineExceeded));
+                return ControlFlow::Break(());
+            }
+            // A staged change to this key wins; it is merged below.
+            if self.staged.contains_key(key) {
+                return ControlFlow::Continue(());
+            }
+            match keep(key, value, &mut answer) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    stop = Some(e);
+                    ControlFlow::Break(())
                 }
-                // A staged change to this key wins; it is merged below.
-                if self.staged.contains_key(key) {
-                    return ControlFlow::Continue(());
-                }
-                match keep(key, value, &mut answer) {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(e) => {
-                        stop = Some(e);
-                        ControlFlow::Break(())
-                    }
-                }
-            })?;
+            }
+        };
+        match peek {
+            false => self
+                .store
+                .visit_prefix(&self.network, &prefix, &mut visit)?,
+            true => self.store.peek_prefix(&self.network, &prefix, &mut visit)?,
+        }
         if let Some(e) = stop {
             return Err(e);
         }

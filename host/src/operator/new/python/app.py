@@ -1,11 +1,11 @@
-"""The component's exports (`cni:ipam@0.2.2`, wit/ipam.wit): each interface is a class
+"""The component's exports (`cni:ipam@0.2.3`, wit/ipam.wit): each interface is a class
 named after it, one method per function, over the pure logic of `ipam.py`. A method
 returns its value, or raises `Err` with a CNI error. `del` is `del_`, since `del` is a
 Python keyword. The host's store is passed to `ipam` as its store."""
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports import capabilities, inspect
+from wit_world.exports import capabilities, inspect, usage
 from wit_world.imports import store, types
 
 import ipam
@@ -79,22 +79,52 @@ class Nodes(exports.Nodes):
         raise failed(CniError(ipam.NOT_IMPLEMENTED, f"this module keeps nothing per node {node!r}"))
 
 
+class Reservations(exports.Reservations):
+    def reserve(self, context, cidr, note, force):
+        raise failed(CniError(ipam.NOT_IMPLEMENTED, f"this module keeps no reservations: cannot reserve {cidr}"))
+
+    def unreserve(self, context, cidr):
+        raise failed(CniError(ipam.NOT_IMPLEMENTED, f"this module keeps no reservations: cannot unreserve {cidr}"))
+
+    def all(self, context):
+        raise failed(CniError(ipam.NOT_IMPLEMENTED, "this module keeps no reservations"))
+
+
+class Usage(exports.Usage):
+    def pools(self, context: inspect.Context) -> list[usage.PoolUsage]:
+        return [
+            usage.PoolUsage(
+                kind=usage.Kind.POOL, name=p.name, parent=None, node=None,
+                capacity=p.capacity, in_use=p.in_use, excluded=p.excluded,
+                cooling_down=p.cooling_down, reserved=0, borrowed=0, free=p.free,
+                warn_percent=None,
+            )
+            for p in Inspect().pools(context)
+        ]
+
+
 class Capabilities(exports.Capabilities):
     """What `wasm-ipam inspect` shows as implemented: keep it true when you change the
     classes above."""
 
     def functions(self) -> list[capabilities.Function]:
-        not_implemented = {"migrate.import-state", "nodes.release-node"}
+        origin = capabilities.Origin
+        not_implemented = {
+            "migrate.import-state", "nodes.release-node", "reservations.reserve",
+            "reservations.unreserve", "reservations.all",
+        }
+        derived = {"usage.pools"}  # Usage answers with Inspect's pools
         return [
             capabilities.Function(
                 name=name,
-                origin=capabilities.Origin.NOT_IMPLEMENTED
-                if name in not_implemented
-                else capabilities.Origin.MODULE,
+                origin=origin.NOT_IMPLEMENTED if name in not_implemented
+                else origin.DERIVED if name in derived
+                else origin.MODULE,
             )
             for name in [
                 "handler.add", "handler.del", "handler.check", "handler.gc",
                 "handler.status", "inspect.allocations", "inspect.pools",
-                "migrate.import-state", "nodes.release-node",
+                "migrate.import-state", "nodes.release-node", "reservations.reserve",
+                "reservations.unreserve", "reservations.all", "usage.pools",
             ]
         ]

@@ -1,0 +1,124 @@
+//! `wasm-ipam reserve ADDRESS|CIDR --netconf FILE [--note TEXT] [--force]` and
+//! `wasm-ipam unreserve ADDRESS|CIDR --netconf FILE`: addresses kept out of use in a
+//! network (a gateway, a VIP, a range being migrated), on every node sharing its
+//! store, without editing any node's configuration.
+//!
+//! The host never edits a module's keys: the module records the reservation through
+//! its `reservations` export (cni:ipam@0.2.3), and the host commits its writes like a
+//! call's, through the same locked pipeline. The next ADD on any node reads it.
+
+use crate::error::{CniError, code};
+use crate::module::bindings::reservations;
+use crate::module::instance::{Answer, Reserve, Work};
+use crate::operator::ask::Asked;
+use crate::operator::inventory::printable;
+use crate::pipeline::Writes;
+use ipnet::IpNet;
+use std::fmt::Write;
+use std::net::IpAddr;
+
+/// Longest note kept: a line for an operator, not a document.
+const MAX_NOTE_BYTES: usize = 256;
+
+/// `text` as a CIDR (an address alone is its /32 or /128), refused unless it is one
+/// with no host bits set: the operator's argument, checked before any lock.
+pub fn cidr(text: &str) -> Result<IpNet, CniError> {
+    let net = match text.parse::<IpNet>() {
+        Ok(net) => net,
+        Err(_) => text.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
+            CniError::config(format!("{text:?} is neither an IP address nor a CIDR"))
+        })?,
+    };
+    if net.trunc() != net {
+        return Err(CniError::config(format!(
+            "{text} has host bits set: did you mean {}?",
+            net.trunc()
+        )));
+    }
+    Ok(net)
+}
+
+/// Reserves `net` in `asked`'s network: what the module recorded.
+pub fn reserve(
+    asked: &Asked,
+    net: IpNet,
+    note: &str,
+    force: bool,
+    notes: &mut Vec<String>,
+) -> Result<reservations::Reservation, CniError> {
+    if note.len() > MAX_NOTE_BYTES || note.chars().any(char::is_control) {
+        return Err(CniError::config(format!(
+            "--note must be one line of at most {MAX_NOTE_BYTES} bytes"
+        )));
+    }
+    let work = Work::Reserve(Reserve {
+        context: asked.nodes_context(),
+        cidr: net.to_string(),
+        note: note.to_string(),
+        force,
+    });
+    let reservation = asked.run("reserve", notes, |session| {
+        reservation(session.ask(work.clone(), Writes::Commit)?)
+    })?;
+    tracing::info!(target: "reserve", network = %asked.network, cidr = %net, force, "reserved");
+    Ok(reservation)
+}
+
+/// Ends the reservation of exactly `net` in `asked`'s network: what it was.
+pub fn unreserve(
+    asked: &Asked,
+    net: IpNet,
+    notes: &mut Vec<String>,
+) -> Result<reservations::Reservation, CniError> {
+    let work = Work::Unreserve(asked.nodes_context(), net.to_string());
+    let reservation = asked.run("unreserve", notes, |session| {
+        reservation(session.ask(work.clone(), Writes::Commit)?)
+    })?;
+    tracing::info!(target: "reserve", network = %asked.network, cidr = %net, "unreserved");
+    Ok(reservation)
+}
+
+fn reservation(answer: Answer) -> Result<reservations::Reservation, CniError> {
+    match answer {
+        Answer::Reservation(r) => Ok(r),
+        _ => Err(CniError::new(
+            code::INTERNAL_ERROR,
+            "the module answered a reservation with something else (a bug)",
+        )),
+    }
+}
+
+/// What `reserve` and `unreserve` print.
+pub fn text(network: &str, verb: &str, r: &reservations::Reservation) -> String {
+    let mut out = format!(
+        "network {network}: {verb} {}{}\n",
+        printable(&r.cidr),
+        match r.note.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", printable(&r.note)),
+        }
+    );
+    for held in r.held.iter().take(1024) {
+        let _ = writeln!(
+            out,
+            "held    {} is in use: it stays out of use once its holder is deleted",
+            printable(held)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_its_host_prefix_and_host_bits_are_refused() {
+        assert_eq!(cidr("10.80.0.7").unwrap().to_string(), "10.80.0.7/32");
+        assert_eq!(cidr("fd80::7").unwrap().to_string(), "fd80::7/128");
+        assert_eq!(cidr("10.80.3.0/28").unwrap().to_string(), "10.80.3.0/28");
+        let err = cidr("10.80.3.1/28").unwrap_err();
+        assert!(err.msg.contains("did you mean 10.80.3.0/28"), "{}", err.msg);
+        assert!(cidr("ten").is_err());
+    }
+}
