@@ -6,6 +6,7 @@ use crate::etcd::{Etcd, cluster, list_json, write_conf};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 /// The module's codes (docs/cluster.md): a pool the pod names does not exist; no pool
 /// serves its namespace and none is the default; borrowing is forbidden.
@@ -263,4 +264,273 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         refused.msg()
     );
     assert_eq!(etcd.keys("/s/n/testnet/e/"), keys);
+}
+
+/// The module's codes for a reserved address asked for by a pod.
+const RESERVED: u64 = 144;
+
+/// An operator command on `node`'s lock and data dir, with `conf_file` as its netconf.
+fn operator_on(node: &Node, conf_file: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();
+    all.extend([
+        "--netconf".into(),
+        conf_file.into(),
+        "--lock-file".into(),
+        node.lock_file().into(),
+        "--data-dir".into(),
+        node.data_dir().into(),
+    ]);
+    operator_output(all)
+}
+
+/// One pod's ADD (and DEL, if the churn deleted it), as the test saw them.
+struct Hold {
+    pod: String,
+    address: String,
+    add_start: Instant,
+    add_end: Instant,
+    del_start: Option<Instant>,
+}
+
+/// The history checker for addresses: a pod holds its address for certain from its
+/// ADD's answer to its DEL's start; no two pods' certain holds of one address overlap.
+fn check_no_address_held_twice(holds: &[Hold]) {
+    for a in holds {
+        for b in holds
+            .iter()
+            .filter(|b| b.pod != a.pod && b.address == a.address)
+        {
+            let a_until = a.del_start.unwrap_or_else(Instant::now);
+            let b_until = b.del_start.unwrap_or_else(Instant::now);
+            assert!(
+                a_until <= b.add_end || b_until <= a.add_end,
+                "{} held by {} and {} at once",
+                a.address,
+                a.pod,
+                b.pod
+            );
+        }
+    }
+}
+
+fn in_reserved(address: &str) -> bool {
+    let ip: std::net::Ipv4Addr = address.split('/').next().unwrap().parse().unwrap();
+    u32::from(ip) & !15 == u32::from(std::net::Ipv4Addr::new(10, 84, 0, 96))
+}
+
+/// A /25 in /28 blocks (13 usable each, 104 in all), at most two blocks a node so
+/// nodes also borrow, warning past 40% in use (42 addresses).
+fn churned() -> Value {
+    json!({"cidr": "10.84.0.0/25", "blockSize": 28, "maxBlocksPerNode": 2, "warnPercent": 40,
+           "deadlineSeconds": 120, "lockTimeoutSeconds": 600})
+}
+
+#[test]
+fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_held_twice() {
+    let etcd = Etcd::start(1);
+    let (nodes, confs) = cluster(&etcd, "/r/", &churned());
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    // Each node ADDs 24 pods and DELs every third one's predecessor; the reservation
+    // is made once every node has 5 pods, while the churn goes on.
+    let (ready, started) = std::sync::mpsc::channel();
+    let mut reserved_at = None;
+    let holds: Vec<Hold> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..3)
+            .map(|n| {
+                let conf = &confs[n];
+                let ready = ready.clone();
+                s.spawn(move || {
+                    let mut holds: Vec<Hold> = Vec::new();
+                    for i in 0..24 {
+                        let pod = format!("n{n}-p{i}");
+                        let add_start = Instant::now();
+                        let reply = Call::new("ADD", &pod).run(conf);
+                        let address = reply.ok().address().to_string();
+                        holds.push(Hold {
+                            pod,
+                            address,
+                            add_start,
+                            add_end: Instant::now(),
+                            del_start: None,
+                        });
+                        if i == 4 {
+                            ready.send(()).unwrap();
+                        }
+                        if i % 3 == 2 {
+                            let gone = &mut holds[i - 1];
+                            gone.del_start = Some(Instant::now());
+                            Call::new("DEL", &gone.pod).run(conf).ok();
+                        }
+                    }
+                    holds
+                })
+            })
+            .collect();
+        for _ in 0..3 {
+            started.recv().unwrap();
+        }
+        let (ok, out, stderr) = operator_on(
+            &nodes[0],
+            &conf_file,
+            &["reserve", "10.84.0.96/28", "--note", "VIPs", "--force"],
+        );
+        assert!(ok, "{stderr}");
+        assert!(out.contains("reserved 10.84.0.96/28 (VIPs)"), "{out}");
+        reserved_at = Some(Instant::now());
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect()
+    });
+    let reserved_at = reserved_at.unwrap();
+    assert_eq!(holds.len(), 72);
+    check_no_address_held_twice(&holds);
+    let late: Vec<&Hold> = holds.iter().filter(|h| h.add_start > reserved_at).collect();
+    assert!(!late.is_empty(), "ADDs ran after the reservation");
+    for h in &late {
+        assert!(
+            !in_reserved(&h.address),
+            "{} got reserved {}",
+            h.pod,
+            h.address
+        );
+    }
+
+    // list --reservations shows it, with what of it pods still hold.
+    let (ok, out, stderr) =
+        operator_on(&nodes[1], &conf_file, &["list", "--reservations", "--json"]);
+    assert!(ok, "{stderr}");
+    let listed: Vec<Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed.len(), 1, "{out}");
+    assert_eq!(
+        (listed[0]["cidr"].as_str(), listed[0]["note"].as_str()),
+        (Some("10.84.0.96/28"), Some("VIPs"))
+    );
+    let held_now: BTreeSet<String> = holds
+        .iter()
+        .filter(|h| h.del_start.is_none() && in_reserved(&h.address))
+        .map(|h| h.address.split('/').next().unwrap().to_string())
+        .collect();
+    let held_listed: BTreeSet<String> = listed[0]["held"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(held_listed, held_now);
+
+    // stats: the pool's reserved and borrowed addresses, as list and the holds say.
+    let (ok, prom, stderr) = operator_on(&nodes[2], &conf_file, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    let gauge = |name: &str| -> u64 {
+        let prefix = format!("{name}{{network=\"testnet\",pool=\"pool default 10.84.0.0/25\"}} ");
+        prom.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{prom}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        gauge("wasm_ipam_pool_addresses_reserved"),
+        13 - held_now.len() as u64
+    );
+    assert_eq!(
+        gauge("wasm_ipam_pool_addresses_in_use"),
+        48,
+        "72 ADDs less 24 DELs"
+    );
+    assert_eq!(gauge("wasm_ipam_pool_warn_percent"), 40);
+    let (_, list, _) = list_json(&nodes[0], &conf_file, &[]);
+    let borrowed = serde_json::from_str::<Vec<Value>>(&list)
+        .unwrap()
+        .iter()
+        .filter(|r| r["attributes"]["borrowed"] == "yes")
+        .count() as u64;
+    assert_eq!(gauge("wasm_ipam_pool_addresses_borrowed"), borrowed);
+    let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--blocks"]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains("    block 10.84.0."), "{table}");
+    assert!(
+        table.contains("(node-0)") && table.contains("RESERVED"),
+        "{table}"
+    );
+
+    // Past 40% (42 of 104; 48 at the end) the pool warned: once per crossing.
+    let lines: Vec<String> = nodes
+        .iter()
+        .flat_map(|n| n.log_lines("guest"))
+        .filter(|l| l["level"] == "WARN")
+        .filter_map(|l| l["message"].as_str().map(String::from))
+        .filter(|m| m.starts_with("pool default 10.84.0.0/25: "))
+        .collect();
+    let past = lines
+        .iter()
+        .filter(|m| m.contains("past its warnPercent 40"))
+        .count();
+    let under = lines
+        .iter()
+        .filter(|m| m.contains("back under its warnPercent 40"))
+        .count();
+    assert!(
+        past >= 1 && past >= under && past - under <= 1,
+        "{lines:#?}"
+    );
+    let flagged = !etcd.keys("/r/n/testnet/e/warn/").is_empty();
+    assert_eq!(flagged, past == under + 1, "{lines:#?}");
+
+    // A pod asking for a reserved address is refused; once unreserved it gets it.
+    let free = (98..=110)
+        .map(|i| format!("10.84.0.{i}"))
+        .find(|a| !held_now.contains(a))
+        .unwrap();
+    let asked = Call::new("ADD", "wants-vip")
+        .env("CNI_ARGS", format!("IP={free}"))
+        .run(&confs[1]);
+    assert_eq!(asked.error_code(), RESERVED, "{asked:?}");
+    let (ok, out, stderr) = operator_on(&nodes[1], &conf_file, &["unreserve", "10.84.0.96/28"]);
+    assert!(
+        ok && out.contains("unreserved 10.84.0.96/28"),
+        "{out}{stderr}"
+    );
+    let asked = Call::new("ADD", "wants-vip")
+        .env("CNI_ARGS", format!("IP={free}"))
+        .run(&confs[1]);
+    assert_eq!(asked.ok().address().split('/').next(), Some(free.as_str()));
+    let (ok, _, stderr) = operator_on(&nodes[1], &conf_file, &["unreserve", "10.84.0.96/28"]);
+    assert!(!ok && stderr.contains("is not reserved"), "{stderr}");
+}
+
+#[test]
+fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_before_the_lock() {
+    let etcd = Etcd::start(1);
+    let (nodes, confs) = cluster(&etcd, "/u/", &churned());
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let held = Call::new("ADD", "c1").run(&confs[0]).address().to_string();
+    let held = held.split('/').next().unwrap();
+    let keys = etcd.keys("/u/n/testnet/e/");
+    let (ok, _, stderr) = operator_on(&nodes[0], &conf_file, &["reserve", held]);
+    assert!(
+        !ok && stderr.contains("are held (") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("145"), "the module's code: {stderr}");
+    assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
+    for (bad, why) in [
+        ("10.84.0.1/24", "has host bits set"),
+        ("ten", "neither an IP address nor a CIDR"),
+        ("10.99.0.0/24", "not within one range"),
+    ] {
+        let (ok, _, stderr) = operator_on(&nodes[0], &conf_file, &["reserve", bad]);
+        assert!(!ok && stderr.contains(why), "{bad}: {stderr}");
+    }
+    let (ok, _, stderr) = operator_on(
+        &nodes[0],
+        &conf_file,
+        &["reserve", "10.84.0.120", "--note", "a\nb"],
+    );
+    assert!(
+        !ok && stderr.contains("--note must be one line"),
+        "{stderr}"
+    );
+    assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
 }
