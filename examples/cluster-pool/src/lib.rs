@@ -19,6 +19,9 @@
 //!   block it just emptied for its next pods rather than churning claims.
 //! - Requested addresses (CNI_ARGS `IP`, or `runtimeConfig.ips`) are honoured if free,
 //!   claiming their block if nobody has it, or borrowing from the node that has it.
+//! - Reservations (`wasm-ipam reserve`, the `reservations` export) keep addresses out
+//!   of every ADD's hands; `usage` tells `stats` each pool's and block's use, reserved
+//!   and borrowed addresses; a call past a pool's `warnPercent` logs one warning.
 //! - Sticky addresses (`ipam.stickySeconds` > 0): a pod with a stable identity
 //!   (CNI_ARGS K8S_POD_NAMESPACE and K8S_POD_NAME, as a StatefulSet's pod has) keeps
 //!   its addresses for that long after its DEL, and gets them back on its next ADD on
@@ -35,7 +38,9 @@
 //!
 //! Keys: `pool/<cidr>` (a range's claimed blocks), `blk/<block>` (its node and holders),
 //! `aff/<node>/<block>` (a node's blocks), `own/<node>/<container>/<ifname>` (an
-//! attachment's addresses), `sticky/<namespace>/<pod>` (addresses kept for a pod).
+//! attachment's addresses), `sticky/<namespace>/<pod>` (addresses kept for a pod),
+//! `rsv/<cidr>` (a range's reservations, `reserve.rs`), `use/<cidr>/<node>` and
+//! `warn/<cidr>` (a range's use for `warnPercent`, `usage.rs`).
 
 mod blocks;
 mod codes;
