@@ -68,6 +68,11 @@ impl Range {
         IpNet::new(from_u128(self.v4(), base), self.block_len).expect("a valid prefix length")
     }
 
+    /// The number of the block `ip` falls in (`ip` must lie in the pool).
+    pub fn index_of(&self, ip: IpAddr) -> u128 {
+        (to_u128(ip) - to_u128(self.cidr.network())) / self.block_size()
+    }
+
     /// The block `ip` falls in, if the pool holds it.
     pub fn block_of(&self, ip: IpAddr) -> Option<IpNet> {
         if !self.cidr.contains(&ip) {

@@ -363,14 +363,28 @@ impl<S: Store> Call<'_, S> {
     fn unclaimed_block(&mut self, range: &Range) -> Result<Option<IpNet>, Error> {
         let claimed: BTreeSet<IpNet> = read(self.store, &pool_key(range))?.unwrap_or_default();
         let kept = self.kept(range)?;
-        // Past claimed.len() + 1 candidates one is certainly unclaimed, if the range has
-        // one; each reservation can fill at most its own blocks besides.
-        let whole = reserve::MAX_PER_RANGE as u128 * 64;
-        let tries = (claimed.len() as u128 + 1 + whole).min(range.blocks());
-        let start = range.start_for(self.node);
-        Ok((0..tries)
-            .map(|i| range.block((start + i) % range.blocks()))
-            .find(|b| !claimed.contains(b) && kept.in_block(range, *b) < range.usable()))
+        // Every candidate looked at is claimed, inside a reserved CIDR (skipped whole,
+        // once per CIDR), or reserved address by address (a reserved CIDR inside it):
+        // past that many, one is free, if the range has one.
+        let budget = claimed.len() as u128 + 2 * kept.len() as u128 + 1;
+        let (blocks, start) = (range.blocks(), range.start_for(self.node));
+        let (mut offset, mut looked) = (0u128, 0u128);
+        while offset < blocks && looked < budget {
+            looked += 1;
+            let index = (start + offset) % blocks;
+            let block = range.block(index);
+            if let Some(net) = kept.covering(block) {
+                // Past the reserved CIDR's last block (it does not wrap: it lies in
+                // the range, and `index` is at or after its first block).
+                offset += range.index_of(net.broadcast()) - index + 1;
+                continue;
+            }
+            if !claimed.contains(&block) && kept.in_block(range, block) < range.usable() {
+                return Ok(Some(block));
+            }
+            offset += 1;
+        }
+        Ok(None)
     }
 
     /// Claims `block` for this node, recording it in the range and the node's list.

@@ -39,6 +39,16 @@ impl Kept {
         Kept(IpNet::aggregate(&reservations.keys().copied().collect()))
     }
 
+    /// How many merged reserved CIDRs there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The reserved CIDR holding all of `block`, if one does.
+    pub fn covering(&self, block: IpNet) -> Option<IpNet> {
+        self.0.iter().copied().find(|net| net.contains(&block))
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|net| net.contains(&ip))
     }

@@ -767,3 +767,20 @@ fn each_node_publishes_its_use_and_the_call_past_warn_percent_records_it_once() 
     let err = ClusterPool::add(&call(Command::Add, "a", "x", 1, &bad), &mut store).unwrap_err();
     assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
 }
+
+#[test]
+fn blocks_wholly_reserved_are_skipped_even_when_they_are_most_of_a_wide_range() {
+    // A /48 of /122 blocks: 2^74 of them; all but the last /64 reserved.
+    let conf = config(json!({"cidr": "fd80::/48", "blockSizeV6": 122}));
+    let ctx = operator(&conf, "a", 1);
+    let mut store = MemoryStore::default();
+    for net in ["fd80::/49", "fd80:0:0:8000::/50", "fd80:0:0:c000::/51"] {
+        ClusterPool::reserve(&ctx, net, "", false, &mut store).unwrap();
+    }
+    let got = add(&mut store, "a", "c1", 1, &conf);
+    let ip: std::net::Ipv6Addr = bare(&got).parse().unwrap();
+    assert!(
+        ip.segments()[3] >= 0xe000,
+        "outside every reservation: {got}"
+    );
+}
