@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates host/hot-text.txt: the functions a warm call runs (ADD, CHECK, DEL, DEL of
-# an unknown container, VERSION), which the packaged build links first
+# an unknown container, VERSION; and ADD and DEL of a signed module under a trust
+# policy that requires its signature), which the packaged build links first
 # (docs/install.md, bench/run.sh). A call then touches ~1.5 MiB of code in one run of
 # pages instead of pages spread over all 6 MiB: the kernel maps the pages around every
 # page a process faults in, so scattered code made most of the binary resident.
@@ -9,7 +10,7 @@
 # dependencies' versions are: regenerate after upgrading dependencies or moving the
 # call path, and check the benchmark's peak memory. A stale entry is ignored
 # (--no-warn-symbol-ordering), and a function missing from the list only lands in the
-# cold part of the binary. Needs valgrind and python3 (installed if missing).
+# cold part of the binary. Needs valgrind, python3 and minisign (installed if missing).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -17,6 +18,7 @@ cd "$root"
 missing=()
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v python3 >/dev/null || missing+=(python3)
+command -v minisign >/dev/null || missing+=(minisign)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -43,21 +45,34 @@ cat > "$node/conf.json" <<JSON
  "module":"$root/target/wasm32-wasip2/release/host_local.wasm","subnet":"10.22.0.0/16",
  "dataDir":"$node/data","lockFile":"$node/ipam.lock","cacheDir":"$node/cache","logFile":"$node/log"}}
 JSON
+# The same module signed, on a network whose netconf requires its signature.
+cp target/wasm32-wasip2/release/host_local.wasm "$node/signed.wasm"
+minisign -G -W -p "$node/key.pub" -s "$node/key.sec" >/dev/null
+minisign -S -s "$node/key.sec" -m "$node/signed.wasm" >/dev/null
+printf '{"requireSignature": true, "keys": ["%s"]}\n' "$(sed -n 2p "$node/key.pub")" > "$node/trust.json"
+sed -e "s|$root/target/wasm32-wasip2/release/host_local.wasm|$node/signed.wasm\", \"trustPolicy\": \"$node/trust.json|" \
+    -e 's|"name":"hot"|"name":"hot-signed"|' "$node/conf.json" > "$node/signed.json"
 call() { # COMMAND CONTAINER-ID RUNNER...
     local command=$1 id=$2
     shift 2
     env -i CNI_COMMAND="$command" CNI_CONTAINERID="$id" CNI_NETNS=/var/run/netns/hot \
-        CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "$@" "$bin" < "$node/conf.json" > /dev/null
+        CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin "$@" "$bin" < "${conf:-$node/conf.json}" > /dev/null
 }
 # Compiled under valgrind, whose CPU wasmtime sees with fewer features than the real
 # one (an artifact compiled outside would be refused inside, and the reverse).
 call ADD warm valgrind -q --tool=none --trace-children=yes
+conf="$node/signed.json" call ADD warm valgrind -q --tool=none --trace-children=yes
 # Past the cache's racy window the next call checks the artifact's digest once and
 # records it; the traced calls then load it by its identity, as warm calls do.
 sleep 2.2
 call DEL warm valgrind -q --tool=none
+conf="$node/signed.json" call DEL warm valgrind -q --tool=none
 for command in ADD CHECK DEL DEL VERSION; do
     call "$command" traced valgrind -q --tool=lackey --vex-guest-chase=no \
         --trace-superblocks=yes --log-file="$node/trace.$command.%p"
+done
+for command in ADD DEL; do
+    conf="$node/signed.json" call "$command" traced valgrind -q --tool=lackey --vex-guest-chase=no \
+        --trace-superblocks=yes --log-file="$node/trace.signed.$command.%p"
 done
 python3 scripts/hot-text.py "$work/wasm-ipam.map" host/hot-text.txt "$node"/trace.*
