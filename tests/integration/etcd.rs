@@ -254,20 +254,25 @@ pub fn cluster(etcd: &Etcd, prefix: &str, ipam: &Value) -> (Vec<Node>, Vec<Value
     (nodes, confs)
 }
 
-/// `wasm-ipam list --json --netconf CONF_FILE EXTRA` on `node`'s lock and data dir.
-pub fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
-    let mut args: Vec<std::ffi::OsString> = vec![
-        "list".into(),
-        "--json".into(),
+/// An operator command on `node`'s lock and data dir, with `conf_file` as its netconf.
+pub fn operator_on(node: &Node, conf_file: &Path, args: &[&str]) -> (bool, String, String) {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();
+    all.extend([
         "--netconf".into(),
         conf_file.into(),
         "--lock-file".into(),
         node.lock_file().into(),
         "--data-dir".into(),
         node.data_dir().into(),
-    ];
-    args.extend(extra.iter().map(|a| a.into()));
-    operator_output(args)
+    ]);
+    operator_output(all)
+}
+
+/// `wasm-ipam list --json --netconf CONF_FILE EXTRA` on `node`'s lock and data dir.
+pub fn list_json(node: &Node, conf_file: &Path, extra: &[&str]) -> (bool, String, String) {
+    let mut args = vec!["list", "--json"];
+    args.extend_from_slice(extra);
+    operator_on(node, conf_file, &args)
 }
 
 pub fn write_conf(node: &Node, conf: &Value) -> PathBuf {

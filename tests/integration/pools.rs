@@ -2,7 +2,7 @@
 //! `Etcd` helper of `etcd.rs`): simulated nodes, each with its own lock, data dir
 //! and `nodeName`, as in `etcd.rs`.
 
-use crate::etcd::{Etcd, cluster, list_json, write_conf};
+use crate::etcd::{Etcd, cluster, list_json, operator_on, write_conf};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -268,20 +268,6 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
 
 /// The module's codes for a reserved address asked for by a pod.
 const RESERVED: u64 = 144;
-
-/// An operator command on `node`'s lock and data dir, with `conf_file` as its netconf.
-fn operator_on(node: &Node, conf_file: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let mut all: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();
-    all.extend([
-        "--netconf".into(),
-        conf_file.into(),
-        "--lock-file".into(),
-        node.lock_file().into(),
-        "--data-dir".into(),
-        node.data_dir().into(),
-    ]);
-    operator_output(all)
-}
 
 /// One pod's ADD (and DEL, if the churn deleted it), as the test saw them.
 struct Hold {

@@ -441,6 +441,17 @@ fn since(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
+/// `value` as pretty JSON ending in a newline.
+fn json_output(value: &impl serde::Serialize, notes: Vec<String>, failed: bool) -> Output {
+    let mut text = serde_json::to_string_pretty(value).expect("serialisable");
+    text.push('\n');
+    Output {
+        text,
+        notes,
+        failed,
+    }
+}
+
 /// `list --reservations`: a table, or JSON.
 fn reservation_list(
     reservations: Vec<inventory::Reservation>,
@@ -449,13 +460,7 @@ fn reservation_list(
 ) -> Output {
     let failed = !notes.is_empty();
     if json {
-        let mut text = serde_json::to_string_pretty(&reservations).expect("serialisable");
-        text.push('\n');
-        return Output {
-            text,
-            notes,
-            failed,
-        };
+        return json_output(&reservations, notes, failed);
     }
     let mut text = format!(
         "{:<20} {:<43} {:<20} {:<6} {}\n",
@@ -506,13 +511,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             }
             let failed = !notes.iter().all(|n| n.contains("changed since"));
             if json {
-                let mut text = serde_json::to_string_pretty(&allocations).expect("serialisable");
-                text.push('\n');
-                return Ok(Output {
-                    text,
-                    notes,
-                    failed,
-                });
+                return Ok(json_output(&allocations, notes, failed));
             }
             let mut text = format!(
                 "{:<20} {:<40} {:<64} {:<10} {}\n",

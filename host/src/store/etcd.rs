@@ -306,6 +306,23 @@ impl EtcdStore {
         Ok(kvs)
     }
 
+    /// Shows `visit` each of `network`'s entries in `kvs` by its key within the
+    /// network, until it breaks.
+    fn visit_entries(
+        &self,
+        network: &str,
+        kvs: &[KeyValue],
+        visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
+    ) {
+        let entries = self.entry_key(network, "");
+        for kv in kvs {
+            let key = String::from_utf8_lossy(&kv.key()[entries.len()..]);
+            if visit(&key, kv.value()).is_break() {
+                break;
+            }
+        }
+    }
+
     /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
     /// is checked against the sum as of the snapshot, see docs/cluster.md).
     fn usage_rows(&self, network: &str) -> Result<Vec<(String, SignedUsage, i64)>, CniError> {
@@ -460,14 +477,8 @@ impl Store for EtcdStore {
         prefix: &str,
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError> {
-        let entries = self.entry_key(network, "");
         let kvs = self.guarded_read(self.entry_key(network, prefix), true)?;
-        for kv in &kvs {
-            let key = String::from_utf8_lossy(&kv.key()[entries.len()..]);
-            if visit(&key, kv.value()).is_break() {
-                break;
-            }
-        }
+        self.visit_entries(network, &kvs, visit);
         Ok(())
     }
 
@@ -479,14 +490,8 @@ impl Store for EtcdStore {
         prefix: &str,
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError> {
-        let entries = self.entry_key(network, "");
         let kvs = self.read("peek", self.entry_key(network, prefix), true)?;
-        for kv in &kvs {
-            let key = String::from_utf8_lossy(&kv.key()[entries.len()..]);
-            if visit(&key, kv.value()).is_break() {
-                break;
-            }
-        }
+        self.visit_entries(network, &kvs, visit);
         Ok(())
     }
 
