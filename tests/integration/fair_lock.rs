@@ -150,3 +150,37 @@ fn timed_out_bursts_leave_no_tickets_behind() {
         assert_eq!(queued(&node), 0, "burst {burst}: tickets were stranded");
     }
 }
+
+/// A call that dies while clearing the dead tickets it passed (its lock timeout ends
+/// the process at any instant) strands none of them: the next call that queues
+/// still passes and clears every one.
+#[test]
+fn a_call_killed_while_clearing_dead_tickets_strands_none() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    Call::new("DEL", "warm").run(&conf).ok();
+    let held = hold_lock(&node);
+    // Three calls queued one behind the other, killed last first so that none of
+    // them passes another: three dead tickets in a row.
+    let mut doomed: Vec<Child> = (0..3)
+        .map(|i| {
+            let child = Call::new("DEL", &format!("doomed{i}")).spawn(&conf);
+            wait_until_blocked_on_lock(child.id());
+            child
+        })
+        .collect();
+    for child in doomed.iter_mut().rev() {
+        kill(child);
+    }
+    assert_eq!(queued(&node), 3);
+    // The next passes all three and is killed at its second unlink: one cleared.
+    let clearing = Call::new("DEL", "clearing").run_killed_at(&conf, "unlink,unlinkat", "2");
+    assert!(!clearing.success, "the clearing call was not killed");
+    assert_eq!(queued(&node), 3, "two dead tickets and the killed call's own");
+    let after = Call::new("DEL", "after").spawn(&conf);
+    wait_until_blocked_on_lock(after.id());
+    drop(held);
+    del_succeeds_soon(after);
+    assert_eq!(queued(&node), 0, "dead tickets were stranded");
+}

@@ -433,6 +433,25 @@ impl Call<'_> {
         (reply, syncs)
     }
 
+    /// Runs the call under strace, killed by SIGKILL on reaching the `when`th of
+    /// `syscalls` (`when` as strace's `inject` takes it, e.g. "1" or "3").
+    pub fn run_killed_at(&self, conf: &Value, syscalls: &str, when: &str) -> Reply {
+        let mut strace = Command::new("strace");
+        strace.args([
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            &format!("-einject={syscalls}:signal=SIGKILL:when={when}"),
+        ]);
+        strace.arg(bin());
+        let out = self
+            .spawn_command(strace, conf.to_string().as_bytes())
+            .wait_with_output()
+            .unwrap();
+        reply(out)
+    }
+
     /// Runs the call under `strace -f -y -e trace=SYSCALLS`; the trace's lines, in order.
     pub fn run_tracing(&self, conf: &Value, syscalls: &str) -> (Reply, Vec<String>) {
         let trace = tempfile::NamedTempFile::new().unwrap();

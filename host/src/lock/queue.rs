@@ -15,10 +15,11 @@
 //! A missing node therefore has to mean "this ticket and every one before it are
 //! done", and the queue keeps it so: a node is only ever unlinked by a call that has
 //! walked all the way back — its owner once granted, or a successor clearing the dead
-//! nodes it passed, which it does only when its own walk is complete. A call that
-//! dies mid-walk (a lock timeout, a kill) leaves the dead nodes it passed linked, for
-//! the next call to pass and clear; nothing is stranded behind a gap, so the queue
-//! holds no more nodes than there are live callers and dead ones not yet passed.
+//! nodes it passed, which it does only when its own walk is complete, farthest first.
+//! A call that dies mid-walk (a lock timeout, a kill) leaves the dead nodes it passed
+//! linked, and one that dies while clearing leaves the nearer ones, for the next call
+//! to pass and clear; nothing is stranded behind a gap, so the queue holds no more
+//! nodes than there are live callers and dead ones not yet passed.
 
 use crate::files;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -39,7 +40,8 @@ pub struct Ticket {
     path: PathBuf,
     dir: PathBuf,
     /// The earlier ticket to look at next; every ticket from here up to this one's
-    /// has finished or died. 0 once none is left to wait for.
+    /// has finished or died. 0 once none is left to wait for and the dead nodes
+    /// passed are cleared.
     waiting_on: u64,
     /// Nodes of dead processes passed on the way back, unlinked once the walk is
     /// complete (not before: a gap before then would hide the tickets behind it).
@@ -158,14 +160,17 @@ impl Ticket {
             self.dead.push(path);
             self.waiting_on -= 1;
         }
-        self.waiting_on = 0;
-        for path in self.dead.drain(..) {
+        // Farthest first: a call stopped partway (killed, or its lock timeout ending
+        // the process) leaves the dead nodes it has not cleared next to its own, so
+        // the next walk passes them all instead of stopping at a gap before them.
+        while let Some(path) = self.dead.pop() {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
+        self.waiting_on = 0;
         Ok(true)
     }
 }
