@@ -12,6 +12,14 @@
 //! before it. Mutual exclusion never depends on the queue: the flock on `lockFile` is
 //! still taken, so any process holding it excludes every call.
 //!
+//! A call that finds the flock free and nobody queued takes it without a ticket
+//! (`nobody_queued`): each ticket holds a shared flock on the queue directory from
+//! before it is taken until it is dropped, so an exclusive try on the directory,
+//! made while holding the flock on `lockFile`, tells whether any call is queued,
+//! and a queued call is never overtaken. A ticket's process that dies drops its
+//! shared flock with it; the dead node it leaves is passed and cleared by the next
+//! call that queues.
+//!
 //! A missing node therefore has to mean "this ticket and every one before it are
 //! done", and the queue keeps it so: a node is only ever unlinked by a call that has
 //! walked all the way back — its owner once granted, or a successor clearing the dead
@@ -46,6 +54,8 @@ pub struct Ticket {
     /// Nodes of dead processes passed on the way back, unlinked once the walk is
     /// complete (not before: a gap before then would hide the tickets behind it).
     dead: Vec<PathBuf>,
+    /// The queue directory, shared-flocked: "a call is queued" (`nobody_queued`).
+    _queued: File,
 }
 
 fn node_path(dir: &Path, ticket: u64) -> PathBuf {
@@ -68,10 +78,26 @@ pub(super) fn flock(file: &File, block: bool) -> io::Result<bool> {
     if block {
         return file.lock().map(|()| true);
     }
-    match file.try_lock() {
+    would_block(file.try_lock())
+}
+
+fn would_block(tried: Result<(), TryLockError>) -> io::Result<bool> {
+    match tried {
         Ok(()) => Ok(true),
         Err(TryLockError::WouldBlock) => Ok(false),
         Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Whether no ticket is held in the queue at `dir`. Asked while holding the flock on
+/// `lockFile`: a call that joins later queues behind that holder, so the answer
+/// cannot go stale in a way that lets the holder overtake anyone.
+pub(super) fn nobody_queued(dir: &Path) -> io::Result<bool> {
+    match files::open_dir(dir) {
+        // No call has ever queued here.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        // Closing it at once releases the exclusive flock, if taken.
+        dir => would_block(dir?.try_lock()),
     }
 }
 
@@ -87,6 +113,14 @@ impl Ticket {
     /// another call holds the counter at this instant.
     pub fn join(dir: &Path, block: bool) -> io::Result<Option<Ticket>> {
         files::private_dir(dir)?;
+        // Shared, so queued calls do not exclude each other; only an uncontended
+        // call's try, which must fail while any call is queued, is exclusive.
+        let queued = files::open_dir(dir)?;
+        if block {
+            queued.lock_shared()?;
+        } else if !would_block(queued.try_lock_shared())? {
+            return Ok(None);
+        }
         let tail = files::open(
             &dir.join(TAIL),
             OpenOptions::new()
@@ -134,6 +168,7 @@ impl Ticket {
             dir: dir.to_path_buf(),
             waiting_on: ticket,
             dead: Vec::new(),
+            _queued: queued,
         }))
     }
 
@@ -194,6 +229,13 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    /// A process dying: its flocks go, its node stays linked.
+    fn die(ticket: Ticket) {
+        ticket.node.unlock().unwrap();
+        ticket._queued.unlock().unwrap();
+        std::mem::forget(ticket);
+    }
+
     #[test]
     fn tickets_are_served_in_order() {
         let dir = tempfile::tempdir().unwrap();
@@ -239,8 +281,7 @@ mod tests {
         drop(Ticket::take(dir.path()).unwrap());
         let dead = Ticket::take(dir.path()).unwrap();
         let dead_path = dead.path.clone();
-        dead.node.unlock().unwrap();
-        std::mem::forget(dead);
+        die(dead);
         let next = Ticket::take(dir.path()).unwrap();
         assert!(!dead_path.exists(), "the dead node was cleared away");
         drop(next);
@@ -252,8 +293,7 @@ mod tests {
         let holder = Ticket::take(dir.path()).unwrap(); // ticket 0, live
         let dead = Ticket::join(dir.path(), true).unwrap().unwrap(); // ticket 1
         let dead_path = dead.path.clone();
-        dead.node.unlock().unwrap();
-        std::mem::forget(dead);
+        die(dead);
         let mut me = Ticket::join(dir.path(), false).unwrap().unwrap(); // ticket 2
         assert!(!me.wait(false).unwrap(), "ticket 0 is still live");
         assert!(
@@ -289,12 +329,6 @@ mod tests {
         nodes
     }
 
-    /// A process dying: its flocks go, its node stays linked.
-    fn die(ticket: Ticket) {
-        ticket.node.unlock().unwrap();
-        std::mem::forget(ticket);
-    }
-
     #[test]
     fn a_waiter_that_dies_midway_strands_nothing() {
         // A burst of calls timing out on the lock, in the order that used to strand
@@ -315,6 +349,22 @@ mod tests {
         assert_eq!(nodes(dir.path()), [4]);
         drop(four);
         assert!(nodes(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn nobody_is_queued_but_while_a_live_ticket_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = dir.path().join("queue");
+        assert!(nobody_queued(&queue).unwrap(), "no queue yet");
+        let ticket = Ticket::take(&queue).unwrap();
+        assert!(!nobody_queued(&queue).unwrap(), "a ticket is held");
+        drop(ticket);
+        assert!(nobody_queued(&queue).unwrap(), "the ticket was dropped");
+        die(Ticket::take(&queue).unwrap());
+        assert!(nobody_queued(&queue).unwrap(), "its process died");
+        // The dead node is passed and cleared by the next call that queues.
+        drop(Ticket::take(&queue).unwrap());
+        assert!(nodes(&queue).is_empty());
     }
 
     #[test]
