@@ -110,6 +110,18 @@ pub fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens the directory `path` to flock it, never through a symlink.
+pub fn open_dir(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => refused(path, SYMLINK.into()),
+            _ => e,
+        })
+}
+
 /// Takes an exclusive flock(2) on `file` for a short critical section shared with
 /// other calls (not the host-wide lock, which queues): tries until `until`, pausing
 /// from 1 ms up to `max_pause` between tries. False if another held it all along.

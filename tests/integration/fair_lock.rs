@@ -115,11 +115,12 @@ fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
         json!({"deadlineSeconds": 600, "probe": {"write": ["x=1"], "then": "loop"}}),
     );
     let mut holder = Call::new("ADD", "holder").spawn(&looping);
-    wait_until_queued(&node, 1);
+    // Uncontended, it holds the lock without a ticket; the call behind queues.
+    wait_until_holding(holder.id(), &node.lock_file());
     let conf = node.netconf("1.0.0", &probe_module(), json!({}));
     let behind = Call::new("DEL", "behind").spawn(&conf);
-    wait_until_queued(&node, 2);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until_blocked_on_lock(behind.id());
+    assert_eq!(queued(&node), 1);
     kill(&mut holder);
     del_succeeds_soon(behind);
     assert!(
@@ -129,7 +130,7 @@ fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
 }
 
 /// Bursts of calls that all time out on the lock (code 11) leave nothing behind that
-/// later calls must pass: the next call clears every ticket they left.
+/// later calls must pass: the next call that queues clears every ticket they left.
 #[test]
 fn timed_out_bursts_leave_no_tickets_behind() {
     let _heavy = exclusive();
@@ -145,8 +146,48 @@ fn timed_out_bursts_leave_no_tickets_behind() {
             let reply = reply(child.wait_with_output().unwrap());
             assert_eq!(reply.error_code(), 11, "burst {burst}");
         }
+        let after = Call::new("DEL", "after").spawn(&conf);
+        wait_until_blocked_on_lock(after.id());
         drop(held);
-        Call::new("DEL", "after").run(&conf).ok();
+        del_succeeds_soon(after);
         assert_eq!(queued(&node), 0, "burst {burst}: tickets were stranded");
     }
+}
+
+/// A call that dies while clearing the dead tickets it passed (its lock timeout ends
+/// the process at any instant) strands none of them: the next call that queues
+/// still passes and clears every one.
+#[test]
+fn a_call_killed_while_clearing_dead_tickets_strands_none() {
+    let _serial = exclusive();
+    let node = Node::new();
+    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    Call::new("DEL", "warm").run(&conf).ok();
+    let held = hold_lock(&node);
+    // Three calls queued one behind the other, killed last first so that none of
+    // them passes another: three dead tickets in a row.
+    let mut doomed: Vec<Child> = (0..3)
+        .map(|i| {
+            let child = Call::new("DEL", &format!("doomed{i}")).spawn(&conf);
+            wait_until_blocked_on_lock(child.id());
+            child
+        })
+        .collect();
+    for child in doomed.iter_mut().rev() {
+        kill(child);
+    }
+    assert_eq!(queued(&node), 3);
+    // The next passes all three and is killed at its second unlink: one cleared.
+    let clearing = Call::new("DEL", "clearing").run_killed_at(&conf, "unlink,unlinkat", "2");
+    assert!(!clearing.success, "the clearing call was not killed");
+    assert_eq!(
+        queued(&node),
+        3,
+        "two dead tickets and the killed call's own"
+    );
+    let after = Call::new("DEL", "after").spawn(&conf);
+    wait_until_blocked_on_lock(after.id());
+    drop(held);
+    del_succeeds_soon(after);
+    assert_eq!(queued(&node), 0, "dead tickets were stranded");
 }

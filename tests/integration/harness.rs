@@ -58,6 +58,34 @@ pub fn wait_until_blocked_on_lock(pid: u32) {
     }
 }
 
+/// Waits until process `pid` holds the flock on `file` (a line in /proc/locks with
+/// its pid and the file's inode, not a `->` waiter's).
+pub fn wait_until_holding(pid: u32, file: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let started = Instant::now();
+    loop {
+        if let Ok(meta) = std::fs::metadata(file) {
+            let inode = format!(":{}", meta.ino());
+            let locks = std::fs::read_to_string("/proc/locks").unwrap();
+            let holding = locks.lines().any(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                fields.get(1) != Some(&"->")
+                    && fields.get(4) == Some(&pid.to_string().as_str())
+                    && fields.get(5).is_some_and(|f| f.ends_with(&inode))
+            });
+            if holding {
+                return;
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "pid {pid} never held the flock on {}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -431,6 +459,25 @@ impl Call<'_> {
             .filter(|l| l.contains("sync") && !l.contains(" resumed>"))
             .collect();
         (reply, syncs)
+    }
+
+    /// Runs the call under strace, killed by SIGKILL on reaching the `when`th of
+    /// `syscalls` (`when` as strace's `inject` takes it, e.g. "1" or "3").
+    pub fn run_killed_at(&self, conf: &Value, syscalls: &str, when: &str) -> Reply {
+        let mut strace = Command::new("strace");
+        strace.args([
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            &format!("-einject={syscalls}:signal=SIGKILL:when={when}"),
+        ]);
+        strace.arg(bin());
+        let out = self
+            .spawn_command(strace, conf.to_string().as_bytes())
+            .wait_with_output()
+            .unwrap();
+        reply(out)
     }
 
     /// Runs the call under `strace -f -y -e trace=SYSCALLS`; the trace's lines, in order.

@@ -35,24 +35,39 @@ fn conf(node: &Node) -> Value {
     )
 }
 
-/// Runs `call` under `sh -c "$script"` with the plugin as `$0`.
-fn run_under(call: &Call, script: &str, conf: &Value) -> Reply {
+/// Starts `call` under `sh -c "$script"` with the plugin as `$0`.
+fn spawn_under(call: &Call, script: &str, conf: &Value) -> std::process::Child {
     let mut sh = Command::new("sh");
     sh.arg("-c").arg(script).arg(bin());
-    reply(
-        call.spawn_command(sh, conf.to_string().as_bytes())
-            .wait_with_output()
-            .unwrap(),
-    )
+    call.spawn_command(sh, conf.to_string().as_bytes())
+}
+
+/// Runs `call` under `sh -c "$script"` with the plugin as `$0`.
+fn run_under(call: &Call, script: &str, conf: &Value) -> Reply {
+    reply(spawn_under(call, script, conf).wait_with_output().unwrap())
+}
+
+/// Holds `node`'s lock (made by an earlier call) as another tool would, so the next
+/// call queues: only a call that waits makes the queue's files.
+fn hold_lock(node: &Node) -> std::fs::File {
+    let file = std::fs::File::open(node.lock_file()).unwrap();
+    file.lock().unwrap();
+    file
 }
 
 #[test]
 fn files_and_directories_are_private_whatever_the_umask() {
     let node = Node::new();
     let conf = conf(&node);
+    let umask_000 = "umask 000 && exec \"$0\"";
     for (command, id) in [("ADD", "c1"), ("ADD", "c2"), ("DEL", "c1")] {
-        run_under(&Call::new(command, id), "umask 000 && exec \"$0\"", &conf).ok();
+        run_under(&Call::new(command, id), umask_000, &conf).ok();
     }
+    let held = hold_lock(&node);
+    let queued = spawn_under(&Call::new("ADD", "c3"), umask_000, &conf);
+    wait_until_blocked_on_lock(queued.id());
+    drop(held);
+    reply(queued.wait_with_output().unwrap()).ok();
     let paths = walk(node.dir.path());
     for expected in [
         "run/ipam.lock",
@@ -199,16 +214,21 @@ fn symlinks_are_never_followed() {
     assert!(text.contains("symbolic link"), "{text}");
     assert!(!target.exists());
 
-    // A queue `tail` replaced by a link to another file: that file is left alone.
+    // A queue `tail` replaced by a link to another file: that file is left alone by
+    // a call that queues (the lock held).
     let node = Node::new();
     let conf = conf(&node);
     Call::new("ADD", "c1").run(&conf).ok();
-    let tail = PathBuf::from(format!("{}.queue/tail", node.lock_file().display()));
+    let queue = wasm_ipam::lock::queue_dir(&node.lock_file());
+    drop(wasm_ipam::lock::queue::Ticket::take(&queue).unwrap());
+    let tail = queue.join("tail");
     let victim = node.dir.path().join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     std::fs::remove_file(&tail).unwrap();
     std::os::unix::fs::symlink(&victim, &tail).unwrap();
+    let held = hold_lock(&node);
     let reply = Call::new("ADD", "c2").run(&conf);
+    drop(held);
     assert_eq!(reply.error_code(), 5);
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
 

@@ -1,7 +1,8 @@
 //! The host-wide IPAM lock: flock(2) on one file, like Calico's, so every wasm-ipam
 //! call on the node (and any other tool that flocks the same file) is serialised.
-//! wasm-ipam calls first queue in arrival order ([`queue`]), so the lock is
-//! granted first come, first served rather than in flock's arbitrary order.
+//! wasm-ipam calls that must wait queue in arrival order ([`queue`]), so the lock is
+//! granted first come, first served rather than in flock's arbitrary order; a call
+//! that finds it free with nobody queued just takes the flock.
 //!
 //! The grant instant is recorded in the guard, because the deadline must start there
 //! and nowhere earlier (see [`deadline::Deadline::from_grant`]).
@@ -23,13 +24,25 @@ pub struct LockGuard {
     // Declared (so dropped) before the ticket: the flock goes first, then the next
     // call in the queue may proceed.
     _file: File,
-    _ticket: Ticket,
+    /// None when granted uncontended, without queueing.
+    _ticket: Option<Ticket>,
     granted: Instant,
     granted_wall: SystemTime,
     waited: Duration,
 }
 
 impl LockGuard {
+    /// Granted now, to a call that started asking at `started`.
+    fn granted_now(file: File, ticket: Option<Ticket>, started: Instant) -> Self {
+        let granted = Instant::now();
+        LockGuard {
+            _file: file,
+            _ticket: ticket,
+            granted,
+            granted_wall: SystemTime::now(),
+            waited: granted - started,
+        }
+    }
     /// When the lock was granted (monotonic).
     pub fn granted(&self) -> Instant {
         self.granted
@@ -52,15 +65,25 @@ fn open(path: &Path) -> Result<File, CniError> {
         )
         .with_details(e)
     };
-    files::parent_dir(path).map_err(|e| io_error("create the directory of", e))?;
-    files::open(
-        path,
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false),
-    )
+    let open = || {
+        files::open(
+            path,
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false),
+        )
+    };
+    // Its directory is made only when missing, which the open says: the usual call
+    // spends no system call looking for it.
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            files::parent_dir(path).map_err(|e| io_error("create the directory of", e))?;
+            open()
+        }
+        opened => opened,
+    }
     .map_err(|e| io_error("open", e))
 }
 
@@ -86,10 +109,11 @@ pub fn acquire(path: &Path, timeout: Option<Duration>) -> Result<LockGuard, CniE
 /// [`acquire`], giving up the wait (`Ok(None)`) as soon as `abandoned()` turns true,
 /// which a waiting call looks at every [`CALLER_POLL`].
 ///
-/// Uncontended, every step is tried without blocking (take a ticket, find no
-/// earlier call still queued, take the flock) and no thread is started. Only a call
-/// that must wait goes on, from where it stopped, with blocking waits: on another
-/// thread when there is a timeout, since flock(2) has none.
+/// Uncontended, the call takes the flock and, finding nobody queued, is done: no
+/// ticket, no thread. Otherwise it queues, each step first tried without blocking
+/// (take a ticket, find no earlier call still queued, take the flock); only a call
+/// that must wait goes on, from where it stopped, with blocking waits on another
+/// thread, since flock(2) has no timeout.
 pub fn acquire_unless(
     path: &Path,
     timeout: Option<Duration>,
@@ -99,6 +123,13 @@ pub fn acquire_unless(
     let file = open(path)?;
     let dir = queue_dir(path);
     let failed = |e| lock_failed(path, e);
+    if queue::flock(&file, false).map_err(failed)? {
+        if queue::nobody_queued(&dir).map_err(failed)? {
+            return Ok(Some(LockGuard::granted_now(file, None, started)));
+        }
+        // Free, but a call is queued for it: taking it now would overtake that call.
+        file.unlock().map_err(failed)?;
+    }
     let mut ticket = Ticket::join(&dir, false).map_err(failed)?;
     let free = match ticket.as_mut() {
         Some(ticket) => {
@@ -124,14 +155,7 @@ pub fn acquire_unless(
             }
         }
     };
-    let granted = Instant::now();
-    Ok(Some(LockGuard {
-        _file: file,
-        _ticket: ticket,
-        granted,
-        granted_wall: SystemTime::now(),
-        waited: granted - started,
-    }))
+    Ok(Some(LockGuard::granted_now(file, Some(ticket), started)))
 }
 
 /// Runs the blocking `wait` on another thread (flock(2) has no timeout) and stops
@@ -198,12 +222,66 @@ mod tests {
         acquire(&path, Some(Duration::from_secs(30))).expect("granted once released");
     }
 
+    /// Waits until a thread of this process is blocked on `file`'s flock (a `->`
+    /// line in /proc/locks with our pid and its inode).
+    fn wait_until_blocked_on(file: &File) {
+        use std::os::unix::fs::MetadataExt;
+        let pid = std::process::id().to_string();
+        let inode = file.metadata().unwrap().ino().to_string();
+        let started = Instant::now();
+        loop {
+            let locks = std::fs::read_to_string("/proc/locks").unwrap();
+            if locks.lines().any(|l| {
+                let fields: Vec<&str> = l.split_whitespace().collect();
+                fields.get(1) == Some(&"->")
+                    && fields.get(5) == Some(&pid.as_str())
+                    && fields.get(6).and_then(|f| f.rsplit(':').next()) == Some(&inode)
+            }) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the call never waited on the flock"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn uncontended_the_lock_is_granted_without_queueing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ipam.lock");
+        let held = acquire(&path, None).unwrap();
+        assert!(held._ticket.is_none(), "granted through the queue");
+        assert!(!queue_dir(&path).exists(), "a queue was made");
+        // Other tools' plain flock on the lock file is still excluded.
+        assert!(File::open(&path).unwrap().try_lock().is_err());
+    }
+
+    #[test]
+    fn a_free_flock_is_not_taken_past_a_queued_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ipam.lock");
+        // First in the queue, not yet holding the flock.
+        let queued = Ticket::take(&queue_dir(&path)).unwrap();
+        let err = acquire(&path, Some(Duration::from_millis(50))).unwrap_err();
+        assert_eq!(err.code, 11, "granted past the queued call");
+        assert!(
+            File::open(&path).unwrap().try_lock().is_ok(),
+            "the flock it gave back is free"
+        );
+        drop(queued);
+        acquire(&path, Some(Duration::from_secs(60))).expect("granted once the queue was empty");
+    }
+
     #[test]
     fn a_busy_counter_sends_the_call_down_the_waiting_path() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ipam.lock");
-        drop(acquire(&path, None).unwrap());
-        // Someone holds the queue's counter: the non-blocking first pass cannot join.
+        drop(Ticket::take(&queue_dir(&path)).unwrap());
+        // The lock is held, so the call queues; someone holds the queue's counter, so
+        // its non-blocking first pass cannot join.
+        let holder = acquire(&path, None).unwrap();
         let tail = File::open(queue_dir(&path).join("tail")).unwrap();
         tail.lock().unwrap();
         let (tx, rx) = mpsc::channel();
@@ -211,6 +289,8 @@ mod tests {
         std::thread::spawn(move || {
             let _ = tx.send(acquire(&waiting, Some(Duration::from_secs(60))));
         });
+        wait_until_blocked_on(&tail);
+        drop(holder);
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),
             "granted while the counter was held"

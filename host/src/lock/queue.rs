@@ -12,13 +12,22 @@
 //! before it. Mutual exclusion never depends on the queue: the flock on `lockFile` is
 //! still taken, so any process holding it excludes every call.
 //!
+//! A call that finds the flock free and nobody queued takes it without a ticket
+//! (`nobody_queued`): each ticket holds a shared flock on the queue directory from
+//! before it is taken until it is dropped, so an exclusive try on the directory,
+//! made while holding the flock on `lockFile`, tells whether any call is queued,
+//! and a queued call is never overtaken. A ticket's process that dies drops its
+//! shared flock with it; the dead node it leaves is passed and cleared by the next
+//! call that queues.
+//!
 //! A missing node therefore has to mean "this ticket and every one before it are
 //! done", and the queue keeps it so: a node is only ever unlinked by a call that has
 //! walked all the way back — its owner once granted, or a successor clearing the dead
-//! nodes it passed, which it does only when its own walk is complete. A call that
-//! dies mid-walk (a lock timeout, a kill) leaves the dead nodes it passed linked, for
-//! the next call to pass and clear; nothing is stranded behind a gap, so the queue
-//! holds no more nodes than there are live callers and dead ones not yet passed.
+//! nodes it passed, which it does only when its own walk is complete, farthest first.
+//! A call that dies mid-walk (a lock timeout, a kill) leaves the dead nodes it passed
+//! linked, and one that dies while clearing leaves the nearer ones, for the next call
+//! to pass and clear; nothing is stranded behind a gap, so the queue holds no more
+//! nodes than there are live callers and dead ones not yet passed.
 
 use crate::files;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -39,11 +48,14 @@ pub struct Ticket {
     path: PathBuf,
     dir: PathBuf,
     /// The earlier ticket to look at next; every ticket from here up to this one's
-    /// has finished or died. 0 once none is left to wait for.
+    /// has finished or died. 0 once none is left to wait for and the dead nodes
+    /// passed are cleared.
     waiting_on: u64,
     /// Nodes of dead processes passed on the way back, unlinked once the walk is
     /// complete (not before: a gap before then would hide the tickets behind it).
     dead: Vec<PathBuf>,
+    /// The queue directory, shared-flocked: "a call is queued" (`nobody_queued`).
+    _queued: File,
 }
 
 fn node_path(dir: &Path, ticket: u64) -> PathBuf {
@@ -66,10 +78,26 @@ pub(super) fn flock(file: &File, block: bool) -> io::Result<bool> {
     if block {
         return file.lock().map(|()| true);
     }
-    match file.try_lock() {
+    would_block(file.try_lock())
+}
+
+fn would_block(tried: Result<(), TryLockError>) -> io::Result<bool> {
+    match tried {
         Ok(()) => Ok(true),
         Err(TryLockError::WouldBlock) => Ok(false),
         Err(TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Whether no ticket is held in the queue at `dir`. Asked while holding the flock on
+/// `lockFile`: a call that joins later queues behind that holder, so the answer
+/// cannot go stale in a way that lets the holder overtake anyone.
+pub(super) fn nobody_queued(dir: &Path) -> io::Result<bool> {
+    match files::open_dir(dir) {
+        // No call has ever queued here.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        // Closing it at once releases the exclusive flock, if taken.
+        dir => would_block(dir?.try_lock()),
     }
 }
 
@@ -85,6 +113,14 @@ impl Ticket {
     /// another call holds the counter at this instant.
     pub fn join(dir: &Path, block: bool) -> io::Result<Option<Ticket>> {
         files::private_dir(dir)?;
+        // Shared, so queued calls do not exclude each other; only an uncontended
+        // call's try, which must fail while any call is queued, is exclusive.
+        let queued = files::open_dir(dir)?;
+        if block {
+            queued.lock_shared()?;
+        } else if !would_block(queued.try_lock_shared())? {
+            return Ok(None);
+        }
         let tail = files::open(
             &dir.join(TAIL),
             OpenOptions::new()
@@ -132,6 +168,7 @@ impl Ticket {
             dir: dir.to_path_buf(),
             waiting_on: ticket,
             dead: Vec::new(),
+            _queued: queued,
         }))
     }
 
@@ -158,14 +195,17 @@ impl Ticket {
             self.dead.push(path);
             self.waiting_on -= 1;
         }
-        self.waiting_on = 0;
-        for path in self.dead.drain(..) {
+        // Farthest first: a call stopped partway (killed, or its lock timeout ending
+        // the process) leaves the dead nodes it has not cleared next to its own, so
+        // the next walk passes them all instead of stopping at a gap before them.
+        while let Some(path) = self.dead.pop() {
             match fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => return Err(e),
             }
         }
+        self.waiting_on = 0;
         Ok(true)
     }
 }
@@ -188,6 +228,13 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// A process dying: its flocks go, its node stays linked.
+    fn die(ticket: Ticket) {
+        ticket.node.unlock().unwrap();
+        ticket._queued.unlock().unwrap();
+        std::mem::forget(ticket);
+    }
 
     #[test]
     fn tickets_are_served_in_order() {
@@ -234,8 +281,7 @@ mod tests {
         drop(Ticket::take(dir.path()).unwrap());
         let dead = Ticket::take(dir.path()).unwrap();
         let dead_path = dead.path.clone();
-        dead.node.unlock().unwrap();
-        std::mem::forget(dead);
+        die(dead);
         let next = Ticket::take(dir.path()).unwrap();
         assert!(!dead_path.exists(), "the dead node was cleared away");
         drop(next);
@@ -247,8 +293,7 @@ mod tests {
         let holder = Ticket::take(dir.path()).unwrap(); // ticket 0, live
         let dead = Ticket::join(dir.path(), true).unwrap().unwrap(); // ticket 1
         let dead_path = dead.path.clone();
-        dead.node.unlock().unwrap();
-        std::mem::forget(dead);
+        die(dead);
         let mut me = Ticket::join(dir.path(), false).unwrap().unwrap(); // ticket 2
         assert!(!me.wait(false).unwrap(), "ticket 0 is still live");
         assert!(
@@ -284,12 +329,6 @@ mod tests {
         nodes
     }
 
-    /// A process dying: its flocks go, its node stays linked.
-    fn die(ticket: Ticket) {
-        ticket.node.unlock().unwrap();
-        std::mem::forget(ticket);
-    }
-
     #[test]
     fn a_waiter_that_dies_midway_strands_nothing() {
         // A burst of calls timing out on the lock, in the order that used to strand
@@ -310,6 +349,22 @@ mod tests {
         assert_eq!(nodes(dir.path()), [4]);
         drop(four);
         assert!(nodes(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn nobody_is_queued_but_while_a_live_ticket_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let queue = dir.path().join("queue");
+        assert!(nobody_queued(&queue).unwrap(), "no queue yet");
+        let ticket = Ticket::take(&queue).unwrap();
+        assert!(!nobody_queued(&queue).unwrap(), "a ticket is held");
+        drop(ticket);
+        assert!(nobody_queued(&queue).unwrap(), "the ticket was dropped");
+        die(Ticket::take(&queue).unwrap());
+        assert!(nobody_queued(&queue).unwrap(), "its process died");
+        // The dead node is passed and cleared by the next call that queues.
+        drop(Ticket::take(&queue).unwrap());
+        assert!(nodes(&queue).is_empty());
     }
 
     #[test]
