@@ -180,6 +180,9 @@ struct Call<'a, S: Store> {
     now: u64,
     /// Each range's reservations, read once per call.
     kept: BTreeMap<IpNet, Kept>,
+    /// This node's blocks, all ranges ([`Call::my_blocks`]); `None` until read, and
+    /// after the call changes them.
+    mine: Option<Vec<IpNet>>,
 }
 
 impl<'a, S: Store> Call<'a, S> {
@@ -190,6 +193,7 @@ impl<'a, S: Store> Call<'a, S> {
             node,
             now,
             kept: BTreeMap::new(),
+            mine: None,
         }
     }
 }
@@ -259,12 +263,19 @@ impl<S: Store> Call<'_, S> {
         Ok(())
     }
 
-    fn my_blocks(&self, pool: &Range) -> Vec<IpNet> {
-        let prefix = aff_prefix(self.node);
-        self.store
-            .list(&prefix)
-            .into_iter()
-            .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
+    /// This node's blocks of `pool`. Its blocks of every range are one listing, read
+    /// once per call until the call claims or frees one.
+    fn my_blocks(&mut self, pool: &Range) -> Vec<IpNet> {
+        let mine = self.mine.get_or_insert_with(|| {
+            let prefix = aff_prefix(self.node);
+            self.store
+                .list(&prefix)
+                .into_iter()
+                .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
+                .collect()
+        });
+        mine.iter()
+            .copied()
             .filter(|b| pool.cidr.contains(b) && b.prefix_len() == pool.block_len)
             .collect()
     }
@@ -393,6 +404,7 @@ impl<S: Store> Call<'_, S> {
         let mut claimed: BTreeSet<IpNet> = read(self.store, &key)?.unwrap_or_default();
         claimed.insert(block);
         write(self.store, &key, &claimed)?;
+        self.mine = None;
         self.store
             .put(&format!("{}{block}", aff_prefix(self.node)), b"")
     }
@@ -586,6 +598,7 @@ impl<S: Store> Call<'_, S> {
 
     /// Frees one of this node's blocks: its record, its affinity, its place in the pool.
     fn free_block(&mut self, pool: &Range, block_net: IpNet) -> Result<(), Error> {
+        self.mine = None;
         self.store.delete(&block_key(block_net))?;
         self.store
             .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
@@ -645,6 +658,7 @@ impl<S: Store> Call<'_, S> {
                 ));
                 block.node = heir.to_string();
                 write(self.store, &key, &block)?;
+                self.mine = None;
                 self.store
                     .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
                 self.store
