@@ -39,6 +39,7 @@ impl Peer {
             container_id,
             netconf: &self.netconf,
             stdout: None,
+            cni_args: None,
         }
     }
 }
