@@ -5,6 +5,7 @@
 pub mod busy;
 pub mod churn;
 pub mod engines;
+pub mod etcd_churn;
 pub mod etcd_herd;
 pub mod herd;
 pub mod latency;
