@@ -22,6 +22,12 @@ pub struct Invocation {
     pub total_ms: f64,
     pub ok: bool,
     pub module_cached: bool,
+    /// On the etcd store: requests sent, commits that lost to another writer, handler
+    /// runs after the first, and time spent in etcd requests (NaN on other stores).
+    pub etcd_requests: f64,
+    pub etcd_conflicts: f64,
+    pub store_retries: f64,
+    pub etcd_ms: f64,
     /// When the line was written (just after the lock was released), ms since the
     /// Unix epoch; wasm-ipam's lines have it, the DEL models' do not.
     pub logged_at_ms: Option<f64>,
@@ -79,6 +85,10 @@ pub fn read(path: &Path) -> Vec<Invocation> {
                 sync_ms: num("sync_ms"),
                 total_ms: num("total_ms"),
                 ok: v["outcome"] == "ok",
+                etcd_requests: num("etcd_requests"),
+                etcd_conflicts: num("etcd_conflicts"),
+                store_retries: num("store_retries"),
+                etcd_ms: num("etcd_ms"),
                 module_cached: v["module_cached"].as_bool().unwrap_or(false),
                 logged_at_ms: v["timestamp"].as_str().and_then(parse_timestamp),
             }

@@ -7,18 +7,19 @@ use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
-    busy, churn, engines, etcd_herd, herd, latency, ordering, stats_log,
+    busy, churn, engines, etcd_churn, etcd_herd, herd, latency, ordering, stats_log,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|ordering|churn|engines|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|etcd-churn|ordering|churn|engines|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
   busy         warm ADD+DEL cycles while another writer fsyncs on the same disk
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   etcd-herd    the herd on the etcd store (cluster-pool, 1 and 3 nodes) vs host-local
+  etcd-churn   pod churn of simulated nodes with named pools on a 3-member etcd
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
@@ -37,6 +38,8 @@ options (defaults in brackets):
   --herd-repeats N           herds per size and plugin [3]
   --etcd-herd-size N         etcd-herd: calls per phase [300]
   --etcd-herd-repeats N      etcd-herd: herds per configuration [2]
+  --etcd-churn-nodes N       etcd-churn: simulated nodes [10]
+  --etcd-churn-pods N        etcd-churn: pods each node starts and stops [100]
   --ordering-sizes N,N       ordering herd sizes [100,500]
   --seconds S                churn: how long calls arrive [30]
   --interval-ms MS           churn: time between arrivals [15]
@@ -47,11 +50,12 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "latency",
     "busy",
     "herd",
     "etcd-herd",
+    "etcd-churn",
     "ordering",
     "churn",
     "engines",
@@ -65,6 +69,7 @@ struct Args {
     latency: latency::Options,
     herd: herd::Options,
     etcd_herd: etcd_herd::Options,
+    etcd_churn: etcd_churn::Options,
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
@@ -93,6 +98,10 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         etcd_herd: etcd_herd::Options {
             size: 300,
             repeats: 2,
+        },
+        etcd_churn: etcd_churn::Options {
+            nodes: 10,
+            pods: 100,
         },
         ordering: ordering::Options {
             sizes: vec![100, 500],
@@ -129,6 +138,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--herd-repeats" => args.herd.repeats = count(value)?,
             "--etcd-herd-size" => args.etcd_herd.size = count(value)?,
             "--etcd-herd-repeats" => args.etcd_herd.repeats = count(value)?,
+            "--etcd-churn-nodes" => args.etcd_churn.nodes = count(value)?,
+            "--etcd-churn-pods" => args.etcd_churn.pods = count(value)?,
             "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
             "--ordering-sizes" => args.ordering.sizes = counts(value)?,
             "--seconds" => args.churn.seconds = num(value)?,
@@ -151,6 +162,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "latency" => latency::run(&args.paths, &args.latency),
         "herd" => herd::run(&args.paths, &args.herd),
         "etcd-herd" => etcd_herd::run(&args.paths, &args.etcd_herd),
+        "etcd-churn" => etcd_churn::run(&args.paths, &args.etcd_churn),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),

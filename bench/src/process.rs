@@ -29,6 +29,8 @@ pub struct Call<'a> {
     pub netconf: &'a Path,
     /// Where stdout goes (`None`: discarded).
     pub stdout: Option<PathBuf>,
+    /// `CNI_ARGS` (`None`: unset), e.g. the pod's `K8S_POD_NAMESPACE`.
+    pub cni_args: Option<&'a str>,
 }
 
 /// A reaped call.
@@ -116,6 +118,9 @@ impl Runner {
             .env("CNI_PATH", "/opt/cni/bin")
             .stdin(File::open(call.netconf)?)
             .stderr(Stdio::null());
+        if let Some(args) = call.cni_args {
+            cmd.env("CNI_ARGS", args);
+        }
         match &call.stdout {
             Some(path) => cmd.stdout(File::create(path)?),
             None => cmd.stdout(Stdio::null()),

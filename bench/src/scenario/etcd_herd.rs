@@ -7,6 +7,8 @@
 //! time calls spent waiting for etcd.
 
 use super::{Peer, addresses, herd_on, wall_ms, warm_cache};
+use crate::etcd::Etcd;
+use crate::invocations::{self, Invocation};
 use crate::process::Finished;
 use crate::report::{Section, table};
 use crate::setup::{Node, Paths, TempDir};
@@ -14,10 +16,7 @@ use crate::stats::{Samples, ms, ratio};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::io;
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 pub struct Options {
     /// Calls per herd phase.
@@ -27,68 +26,6 @@ pub struct Options {
 }
 
 const NODE_COUNTS: [usize; 2] = [1, 3];
-
-/// etcd on loopback, killed on drop.
-struct Etcd {
-    child: Child,
-    endpoint: String,
-    _dir: TempDir,
-}
-
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-impl Etcd {
-    fn start() -> io::Result<Etcd> {
-        let dir = TempDir::new("etcd")?;
-        let (client, peer) = (free_port()?, free_port()?);
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("/usr/bin/etcd")
-            .arg("--data-dir")
-            .arg(dir.join("data"))
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| io::Error::other(format!("/usr/bin/etcd (Debian's etcd-server): {e}")))?;
-        let etcd = Etcd {
-            child,
-            endpoint,
-            _dir: dir,
-        };
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            let healthy = Command::new("/usr/bin/etcdctl")
-                .args(["--endpoints", &etcd.endpoint, "endpoint", "health"])
-                .env("ETCDCTL_API", "3")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()?
-                .success();
-            if healthy {
-                return Ok(etcd);
-            }
-            if Instant::now() > until {
-                return Err(io::Error::other("etcd never became healthy"));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 struct Herd {
     add_ms: f64,
@@ -157,36 +94,21 @@ fn one_herd(
     .len();
     let dels = herd_on(&peers, "DEL", &ids, |_, _| None)?;
     let failures = adds.iter().chain(&dels).filter(|f| !f.success).count();
-    let lines: Vec<Value> = peers
+    let lines: Vec<Invocation> = peers
         .iter()
-        .filter_map(|p| p.log.as_ref())
-        .flat_map(|log| {
-            std::fs::read_to_string(log)
-                .unwrap_or_default()
-                .lines()
-                .map(str::to_string)
-                .collect::<Vec<_>>()
-        })
-        .filter_map(|l| serde_json::from_str::<Value>(&l).ok())
-        .filter(|v| v["target"] == "invocation")
+        .filter_map(|p| p.log.as_deref())
+        .flat_map(invocations::read)
         .collect();
-    let number = |v: &Value, key: &str| v[key].as_f64().unwrap_or(0.0);
     Ok(Herd {
         add_ms: wall_ms(&adds),
         del_ms: wall_ms(&dels),
         adds,
         failures,
         distinct,
-        requests: lines.iter().map(|l| number(l, "etcd_requests")).collect(),
-        etcd_ms: lines.iter().map(|l| number(l, "etcd_ms")).collect(),
-        retries: lines
-            .iter()
-            .map(|l| number(l, "store_retries") as u64)
-            .sum(),
-        conflicts: lines
-            .iter()
-            .map(|l| number(l, "etcd_conflicts") as u64)
-            .sum(),
+        requests: lines.iter().map(|l| l.etcd_requests).collect(),
+        etcd_ms: lines.iter().map(|l| l.etcd_ms).collect(),
+        retries: lines.iter().map(|l| l.store_retries as u64).sum(),
+        conflicts: lines.iter().map(|l| l.etcd_conflicts as u64).sum(),
     })
 }
 
@@ -198,12 +120,12 @@ fn cluster_pool(etcd: &Etcd, prefix: &str, node: &str) -> Value {
         "nodeName": node,
         // The node's rate limiter opened wide: this measures the store, not the
         // limiter (at the default 50 requests a second a node's herd is paced by it).
-        "store": {"type": "etcd", "endpoints": [etcd.endpoint], "prefix": prefix, "qps": 100000, "burst": 100000},
+        "store": {"type": "etcd", "endpoints": etcd.endpoints(), "prefix": prefix, "qps": 100000, "burst": 100000},
     })
 }
 
 pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
-    let etcd = Etcd::start()?;
+    let etcd = Etcd::start(1)?;
     let cache = warm_cache(
         &paths.wasm_ipam,
         &paths.cluster_pool_module,

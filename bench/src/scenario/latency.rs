@@ -93,15 +93,32 @@ fn signed_module(module: &std::path::Path, dir: &TempDir) -> io::Result<(PathBuf
         }
     };
     let os = |s: &'static str| std::ffi::OsStr::new(s);
-    minisign(&[os("-G"), os("-W"), os("-f"), os("-p"), public.as_os_str(), os("-s"), secret.as_os_str()])?;
-    minisign(&[os("-S"), os("-s"), secret.as_os_str(), os("-m"), signed.as_os_str()])?;
+    minisign(&[
+        os("-G"),
+        os("-W"),
+        os("-f"),
+        os("-p"),
+        public.as_os_str(),
+        os("-s"),
+        secret.as_os_str(),
+    ])?;
+    minisign(&[
+        os("-S"),
+        os("-s"),
+        secret.as_os_str(),
+        os("-m"),
+        signed.as_os_str(),
+    ])?;
     let key = std::fs::read_to_string(&public)?
         .lines()
         .nth(1)
         .unwrap_or_default()
         .to_string();
     let policy = dir.join("trust.json");
-    std::fs::write(&policy, json!({"requireSignature": true, "keys": [key]}).to_string())?;
+    std::fs::write(
+        &policy,
+        json!({"requireSignature": true, "keys": [key]}).to_string(),
+    )?;
     Ok((signed, policy))
 }
 
@@ -120,7 +137,11 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let trusted = Peer {
         name: "wasm-ipam, signed",
         plugin: paths.wasm_ipam.clone(),
-        netconf: trusted_node.wasm_ipam_netconf(&signed, cache.path(), json!({"trustPolicy": policy})),
+        netconf: trusted_node.wasm_ipam_netconf(
+            &signed,
+            cache.path(),
+            json!({"trustPolicy": policy}),
+        ),
         log: None,
     };
     let host_local = Peer {
@@ -151,7 +172,11 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         SyncTracer::new(&host_local.plugin, &host_local.netconf)?,
     );
     let trace_every = (opts.cycles / TRACED_CALLS).max(1);
-    let (mut w, mut h, mut t) = (Measured::default(), Measured::default(), Measured::default());
+    let (mut w, mut h, mut t) = (
+        Measured::default(),
+        Measured::default(),
+        Measured::default(),
+    );
     for i in 0..opts.cycles {
         if i % trace_every == trace_every / 2 {
             let id = format!("traced-{i}");

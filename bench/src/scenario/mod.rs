@@ -5,6 +5,7 @@
 pub mod busy;
 pub mod churn;
 pub mod engines;
+pub mod etcd_churn;
 pub mod etcd_herd;
 pub mod herd;
 pub mod latency;
@@ -39,6 +40,7 @@ impl Peer {
             container_id,
             netconf: &self.netconf,
             stdout: None,
+            cni_args: None,
         }
     }
 }
