@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
-    busy, churn, engines, etcd_churn, etcd_herd, herd, latency, ordering, stats_log,
+    busy, churn, engines, etcd_churn, etcd_herd, herd, latency, ordering, stats_log, store_open,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|etcd-churn|ordering|churn|engines|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|etcd-churn|ordering|churn|engines|store-open|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
@@ -23,6 +23,7 @@ usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|etcd-churn|ordering|chur
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
+  store-open   opening the store vs its write-ahead log's size, and the fold's cost
   stats-log    `wasm-ipam stats` on a 1 MiB and a 200 MiB log
 
 options (defaults in brackets):
@@ -45,12 +46,14 @@ options (defaults in brackets):
   --interval-ms MS           churn: time between arrivals [15]
   --spin-ms MS               churn: guest work under the lock [20]
   --engine-cycles N          engines: ADD+DEL cycles per engine [200]
+  --store-opens N            store-open: opens timed before each commit [100]
+  --store-folds N            store-open: folds to go through [5]
   --busy-cycles N            busy: ADD+DEL cycles per plugin [100]
   --stats-runs N             stats-log: stats runs per log [5]
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "latency",
     "busy",
     "herd",
@@ -59,6 +62,7 @@ const SCENARIOS: [&str; 9] = [
     "ordering",
     "churn",
     "engines",
+    "store-open",
     "stats-log",
 ];
 
@@ -73,6 +77,7 @@ struct Args {
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
+    store_open: store_open::Options,
     busy: busy::Options,
     stats_log: stats_log::Options,
 }
@@ -112,6 +117,10 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             spin_ms: 20,
         },
         engines: engines::Options { cycles: 200 },
+        store_open: store_open::Options {
+            opens: 100,
+            folds: 5,
+        },
         busy: busy::Options { cycles: 100 },
         stats_log: stats_log::Options { runs: 5 },
     };
@@ -146,6 +155,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--interval-ms" => args.churn.interval_ms = num(value)?,
             "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
             "--engine-cycles" => args.engines.cycles = count(value)?,
+            "--store-opens" => args.store_open.opens = count(value)?,
+            "--store-folds" => args.store_open.folds = count(value)?,
             "--busy-cycles" => args.busy.cycles = count(value)?,
             "--stats-runs" => args.stats_log.runs = count(value)?,
             _ => return Err(format!("unknown option {flag}")),
@@ -166,6 +177,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),
+        "store-open" => store_open::run(&args.store_open),
         "busy" => busy::run(&args.paths, &args.busy),
         "stats-log" => stats_log::run(&args.paths.wasm_ipam, &args.stats_log),
         other => return Err(format!("unknown scenario {other:?}")),

@@ -236,8 +236,9 @@ pub fn run(opts: &Options) -> io::Result<Section> {
             "Syncs are the `fsync`/`fdatasync` calls of {TRACED_CALLS} further ADDs and \
              {TRACED_CALLS} further DELs per engine under `strace -f`, after the timed \
              cycles (not timed themselves). A SQLite call above one sync is the log fold: \
-             the commit that takes the log past 256 KiB also checkpoints it (two more \
-             syncs), and the next commit syncs the restarted log's header (one more)."
+             the commit that takes the log past {fold_kib} KiB also checkpoints it (two \
+             more syncs), and the next commit syncs the restarted log's header (one more).",
+            fold_kib = wasm_ipam::store::sqlite::CHECKPOINT_BYTES >> 10,
         )
     } else {
         "Syncs were not counted: /usr/bin/strace is not installed.".into()
@@ -249,13 +250,15 @@ pub fn run(opts: &Options) -> io::Result<Section> {
          three puts (`ip/<addr>`, `meta/<addr>`, `last`) and the usage; a DEL reads, then \
          commits two deletes and the usage. `redb` is v0.1's store (redb 4, 4 MiB cache, \
          one write transaction with its default, immediate durability); `sqlite` is the \
-         host's own store (`wasm_ipam::store`) with its per-call tuning (WAL, `synchronous=FULL`, \
-         exclusive locking, no checkpoint on close, the log folded past 256 KiB). Both \
+         host's own store (`wasm_ipam::store`) with its per-call tuning (WAL, `synchronous=NORMAL` \
+         with one sync per commit after it, exclusive locking, no checkpoint on close, \
+         the log folded past {fold_kib} KiB). Both \
          ran on this machine in this run, each on a fresh store in {fs}, after \
          {WARM_CYCLES} unmeasured cycles each, then {cycles} ADD+DEL cycles per engine \
          alternating engines cycle by cycle; times are spawn to exit, medians (ADD+DEL \
          is the median of each cycle's sum). {sync_note}\n\n{table}",
         fs = temp_fs(),
+        fold_kib = wasm_ipam::store::sqlite::CHECKPOINT_BYTES >> 10,
         cycles = opts.cycles,
         table = table(
             &[

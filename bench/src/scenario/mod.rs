@@ -11,6 +11,7 @@ pub mod herd;
 pub mod latency;
 pub mod ordering;
 pub mod stats_log;
+pub mod store_open;
 pub mod syncs;
 
 use crate::fifo::{self, Job};

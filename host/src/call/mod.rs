@@ -80,9 +80,11 @@ fn run(
         container_id: invocation.container_id.clone(),
         ifname: invocation.ifname.clone(),
     };
-    let ran = pipeline::run(&Network::of(&conf), &label, &caller::gone, |session| {
+    let mut ran = pipeline::run(&Network::of(&conf), &label, &caller::gone, |session| {
         session.ask(work.clone(), Writes::Commit)
     });
+    // The process exits once it has answered.
+    ran.leave_loaded_to_exit();
     match ran.result? {
         Answer::Handled(result) => Ok(result.map(|r| r.to_json(&conf.cni_version))),
         _ => unreachable!("a handler call answers Handled"),
