@@ -441,6 +441,12 @@ fn since(secs: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
 }
 
+/// The network a netconf names, to ask its module on this node's store and lock.
+fn asked_by_netconf(netconf: &std::path::Path, store: &StoreArgs) -> Result<Asked, CniError> {
+    let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
+    Asked::new(&network, served_by, &store.place()?)
+}
+
 /// `value` as pretty JSON ending in a newline.
 fn json_output(value: &impl serde::Serialize, notes: Vec<String>, failed: bool) -> Output {
     let mut text = serde_json::to_string_pretty(value).expect("serialisable");
@@ -708,9 +714,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             force,
             dry_run,
         } => {
-            let place = store.place()?;
-            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
-            let asked = Asked::new(&network, served_by, &place)?;
+            let asked = asked_by_netconf(&netconf, &store)?;
+            let network = asked.network.clone();
             let options = release_node::Options {
                 window: *window,
                 force,
@@ -732,9 +737,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             force,
         } => {
             let net = reserve::cidr(&cidr)?;
-            let place = store.place()?;
-            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
-            let asked = Asked::new(&network, served_by, &place)?;
+            let asked = asked_by_netconf(&netconf, &store)?;
+            let network = asked.network.clone();
             let mut notes = Vec::new();
             let made = reserve::reserve(&asked, net, &note, force, &mut notes)?;
             Ok(Output {
@@ -749,9 +753,8 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             store,
         } => {
             let net = reserve::cidr(&cidr)?;
-            let place = store.place()?;
-            let (network, served_by) = crate::operator::ask::from_netconf(&netconf)?;
-            let asked = Asked::new(&network, served_by, &place)?;
+            let asked = asked_by_netconf(&netconf, &store)?;
+            let network = asked.network.clone();
             let mut notes = Vec::new();
             let ended = reserve::unreserve(&asked, net, &mut notes)?;
             Ok(Output {
