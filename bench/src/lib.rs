@@ -1,6 +1,7 @@
 //! The wasm-ipam benchmark suite as a library: the driver (`main.rs`) runs its
 //! scenarios, and the two DEL model binaries (`bin/`) share [`model`].
 
+pub mod cycle;
 pub mod etcd;
 pub mod fifo;
 pub mod invocations;

@@ -48,18 +48,7 @@ fn address(id: &str) -> String {
 }
 
 fn changes(command: &str, id: &str) -> Changes {
-    let addr = address(id);
-    let mut changes = Changes::new();
-    if command == "add" {
-        let meta = format!(r#"{{"containerID":"{id}","ifName":"eth0","address":"{addr}/16"}}"#);
-        changes.insert(format!("ip/{addr}"), Some(id.as_bytes().to_vec()));
-        changes.insert(format!("meta/{addr}"), Some(meta.into_bytes()));
-        changes.insert("last".into(), Some(addr.into_bytes()));
-    } else {
-        changes.insert(format!("ip/{addr}"), None);
-        changes.insert(format!("meta/{addr}"), None);
-    }
-    changes
+    wasm_ipam_bench::cycle::changes(command == "add", id, &address(id))
 }
 
 /// The key a call reads before it commits: `last` for an ADD, its own entry for a DEL.

@@ -30,22 +30,11 @@ const FRAME: u64 = 4096 + 24;
 /// A bound on commits, should the store never fold.
 const MAX_COMMITS: usize = 2000;
 
-/// A call's store changes, as a warm cycle makes them: ADDs put an address, its
-/// metadata and `last`; each DEL removes the previous ADD's.
+/// Commit `commit`'s changes: even ones are ADDs, each odd one the previous ADD's DEL.
 fn changes(commit: usize) -> Changes {
     let id = commit / 2;
     let addr = format!("10.22.{}.{}", (id >> 8) & 0xff, (id & 0xff).max(2));
-    let mut changes = Changes::new();
-    if commit.is_multiple_of(2) {
-        let meta = format!(r#"{{"containerID":"c{id}","ifName":"eth0","address":"{addr}/16"}}"#);
-        changes.insert(format!("ip/{addr}"), Some(format!("c{id}").into_bytes()));
-        changes.insert(format!("meta/{addr}"), Some(meta.into_bytes()));
-        changes.insert("last".into(), Some(addr.into_bytes()));
-    } else {
-        changes.insert(format!("ip/{addr}"), None);
-        changes.insert(format!("meta/{addr}"), None);
-    }
-    changes
+    crate::cycle::changes(commit.is_multiple_of(2), &format!("c{id}"), &addr)
 }
 
 /// ms as µs: an open's parts differ by tens of µs, below `stats::ms`'s precision.
