@@ -205,8 +205,7 @@ impl<S: Store> Call<'_, S> {
         if let Some(kept) = self.kept.get(&range.cidr) {
             return Ok(kept.clone());
         }
-        let all: reserve::Reservations =
-            read(self.store, &reserve::key(range))?.unwrap_or_default();
+        let all = reserve::of(self.store, range)?;
         let kept = Kept::of(&all);
         self.kept.insert(range.cidr, kept.clone());
         Ok(kept)
@@ -924,7 +923,7 @@ impl IpamModule for ClusterPool {
             ));
         }
         let key = reserve::key(range);
-        let mut all: reserve::Reservations = read(store, &key)?.unwrap_or_default();
+        let mut all = reserve::of(store, range)?;
         if !all.contains_key(&net) && all.len() >= reserve::MAX_PER_RANGE {
             return Err(Error::invalid_config(format!(
                 "{} already has {} reservations, the most one range keeps: merge some into a wider CIDR",
@@ -953,7 +952,7 @@ impl IpamModule for ClusterPool {
         let conf = operator_conf(context)?;
         let (range, net) = reserved_range(&conf, cidr)?;
         let key = reserve::key(range);
-        let mut all: reserve::Reservations = read(store, &key)?.unwrap_or_default();
+        let mut all = reserve::of(store, range)?;
         let Some(ended) = all.remove(&net) else {
             return Err(Error::new(
                 codes::NOT_RESERVED,
@@ -973,7 +972,7 @@ impl IpamModule for ClusterPool {
         let conf = operator_conf(context)?;
         let mut out = Vec::new();
         for range in conf.ranges() {
-            let all: reserve::Reservations = read(store, &reserve::key(range))?.unwrap_or_default();
+            let all = reserve::of(store, range)?;
             for (net, r) in all {
                 let held = usage::held_in(store, range, net, context.now().seconds)?;
                 out.push(Reservation::new(net, r.note, r.since).held(held));

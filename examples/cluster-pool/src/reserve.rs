@@ -12,6 +12,7 @@ use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use wasm_ipam_guest::{Error, Store};
 
 /// Most reservations of one range: they are one record, read by every ADD.
 pub const MAX_PER_RANGE: usize = 256;
@@ -27,6 +28,11 @@ pub type Reservations = BTreeMap<IpNet, Reserved>;
 
 pub fn key(range: &Range) -> String {
     format!("rsv/{}", range.cidr)
+}
+
+/// The reservations of `range` (none recorded: none).
+pub fn of(store: &impl Store, range: &Range) -> Result<Reservations, Error> {
+    Ok(crate::read(store, &key(range))?.unwrap_or_default())
 }
 
 /// The reserved CIDRs of one range, merged where they overlap, for the ADD's checks

@@ -167,7 +167,7 @@ pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
     let mut block_rows = Vec::new();
     for pool in &conf.pools {
         for range in &pool.ranges {
-            let all: reserve::Reservations = read(store, &reserve::key(range))?.unwrap_or_default();
+            let all = reserve::of(store, range)?;
             let kept = Kept::of(&all);
             let name = row_name(pool, range);
             let (mut in_use, mut cooling, mut borrowed, mut reserved_held) =

@@ -8,7 +8,7 @@ use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage};
 use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place, asked_all};
-use crate::pipeline::Writes;
+use crate::pipeline::{Session, Writes};
 use crate::store::Records;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -116,25 +116,32 @@ pub fn networks(
     Ok(served)
 }
 
-/// Asks each network's module `work` (read-only) for operator command `command`; a
-/// network whose module fails is reported in `notes` and the others are still asked.
+/// Asks each network's module for operator command `command` what `ask` asks it
+/// (read-only, through [`Session::ask`]; `None`: nothing to show); a network whose
+/// module fails is reported in `notes` and the others are still asked.
 fn ask_each(
     place: &Place,
     command: &str,
     networks: Records,
-    work: impl Fn(&Asked) -> Work,
+    ask: impl Fn(&Asked, &mut Session) -> Result<Option<Answer>, CniError>,
     notes: &mut Vec<String>,
 ) -> Vec<(String, Answer)> {
     let (asked, unusable) = asked_all(place, networks);
     notes.extend(unusable);
     let mut answers = Vec::new();
     for asked in asked {
-        match asked.ask(command, work(&asked), Writes::ReadOnly, notes) {
-            Ok(answer) => answers.push((asked.network, answer)),
+        match asked.run(command, notes, |session| ask(&asked, session)) {
+            Ok(Some(answer)) => answers.push((asked.network, answer)),
+            Ok(None) => {}
             Err(e) => notes.push(e.to_string()),
         }
     }
     answers
+}
+
+/// `work`, read-only.
+fn read(session: &mut Session, work: Work) -> Result<Option<Answer>, CniError> {
+    session.ask(work, Writes::ReadOnly).map(Some)
 }
 
 /// Every allocation of the networks asked, in network then address order.
@@ -144,7 +151,7 @@ pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) ->
         place,
         "list",
         networks,
-        |a| Work::Allocations(a.context()),
+        |a, session| read(session, Work::Allocations(a.context())),
         notes,
     ) {
         let Answer::Allocations(list) = answer else {
@@ -172,30 +179,30 @@ pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) ->
 
 /// Every reservation of the networks asked whose module keeps them, in network order.
 pub fn reservations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Reservation> {
-    let (asked, unusable) = asked_all(place, networks);
-    notes.extend(unusable);
-    let mut out = Vec::new();
-    for asked in asked {
-        let answer = asked.run("list", notes, |session| {
+    let answers = ask_each(
+        place,
+        "list",
+        networks,
+        |a, session| {
             if !session.module().exports_reservations() {
                 return Ok(None);
             }
-            let work = Work::Reservations(asked.nodes_context());
-            match session.ask(work, Writes::ReadOnly) {
-                Ok(answer) => Ok(Some(answer)),
+            match read(session, Work::Reservations(a.nodes_context())) {
                 // A module that keeps no reservations has none to show.
                 Err(e) if e.code == crate::error::code::NOT_IMPLEMENTED => Ok(None),
-                Err(e) => Err(e),
+                answer => answer,
             }
-        });
-        match answer {
-            Ok(Some(Answer::Reservations(list))) => out.extend(
+        },
+        notes,
+    );
+    let mut out = Vec::new();
+    for (network, answer) in answers {
+        if let Answer::Reservations(list) = answer {
+            out.extend(
                 list.into_iter()
                     .take(MAX_ROWS)
-                    .map(|r| checked_reservation(&asked.network, r)),
-            ),
-            Ok(_) => {}
-            Err(e) => notes.push(e.to_string()),
+                    .map(|r| checked_reservation(&network, r)),
+            );
         }
     }
     out
@@ -208,28 +215,23 @@ pub fn network_stats(
     networks: Records,
     notes: &mut Vec<String>,
 ) -> Vec<NetworkStats> {
-    let (asked, unusable) = asked_all(place, networks);
-    notes.extend(unusable);
-    let mut out = Vec::new();
-    for asked in asked {
-        let answer = asked.run("stats", notes, |session| {
-            let work = match session.module().exports_usage() {
-                true => Work::Usage(asked.context()),
-                false => Work::Pools(asked.context()),
-            };
-            session.ask(work, Writes::ReadOnly)
-        });
-        match answer {
-            Ok(Answer::Usage(rows)) => out.push(totals(&asked.network, rows)),
-            Ok(Answer::Pools(pools)) => out.push(totals(
-                &asked.network,
-                pools.into_iter().map(pool_row).collect(),
-            )),
-            Ok(_) => {}
-            Err(e) => notes.push(e.to_string()),
-        }
-    }
-    out
+    ask_each(
+        place,
+        "stats",
+        networks,
+        |a, session| match session.module().exports_usage() {
+            true => read(session, Work::Usage(a.context())),
+            false => read(session, Work::Pools(a.context())),
+        },
+        notes,
+    )
+    .into_iter()
+    .filter_map(|(network, answer)| match answer {
+        Answer::Usage(rows) => Some(totals(&network, rows)),
+        Answer::Pools(pools) => Some(totals(&network, pools.into_iter().map(pool_row).collect())),
+        _ => None,
+    })
+    .collect()
 }
 
 /// `inspect`'s pool record as a pool row.
