@@ -512,14 +512,17 @@ fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_
         let (ok, _, stderr) = operator_on(&nodes[0], &conf_file, &["reserve", bad]);
         assert!(!ok && stderr.contains(why), "{bad}: {stderr}");
     }
-    let (ok, _, stderr) = operator_on(
-        &nodes[0],
-        &conf_file,
-        &["reserve", "10.84.0.120", "--note", "a\nb"],
-    );
-    assert!(
-        !ok && stderr.contains("--note must be one line"),
-        "{stderr}"
-    );
+    let long = "n".repeat(257);
+    for note in ["a\nb", long.as_str()] {
+        let (ok, _, stderr) = operator_on(
+            &nodes[0],
+            &conf_file,
+            &["reserve", "10.84.0.120", "--note", note],
+        );
+        assert!(
+            !ok && stderr.contains("--note must be one line of at most 256 bytes"),
+            "{stderr}"
+        );
+    }
     assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
 }

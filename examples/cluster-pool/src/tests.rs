@@ -784,3 +784,24 @@ fn blocks_wholly_reserved_are_skipped_even_when_they_are_most_of_a_wide_range() 
         "outside every reservation: {got}"
     );
 }
+
+#[test]
+fn a_range_keeps_at_most_its_limit_of_reservations() {
+    let conf = config(json!({"cidr": "10.244.0.0/16"}));
+    let ctx = operator(&conf, "a", 1);
+    let mut store = MemoryStore::default();
+    for i in 0..reserve::MAX_PER_RANGE {
+        let address = format!("10.244.{}.{}", i / 200, 2 + i % 200);
+        ClusterPool::reserve(&ctx, &address, "", false, &mut store).unwrap();
+    }
+    let err = ClusterPool::reserve(&ctx, "10.244.9.9", "", false, &mut store).unwrap_err();
+    assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{}", err.msg);
+    assert!(err.msg.contains("the most one range keeps"), "{}", err.msg);
+    // Reserving one again only updates its note.
+    let again = ClusterPool::reserve(&ctx, "10.244.0.2", "new note", false, &mut store).unwrap();
+    assert_eq!(again.note, "new note");
+    assert_eq!(
+        ClusterPool::reservations(&ctx, &store).unwrap().len(),
+        reserve::MAX_PER_RANGE
+    );
+}
