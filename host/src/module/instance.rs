@@ -22,19 +22,13 @@ use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
 use crate::module::engine::{engine, engine_error};
 use crate::module::file::ModuleFile;
 use crate::module::host::GuestState;
+use crate::module::ticker::EpochTicker;
 use crate::module::trap::{deadline_error, trap_error};
 use crate::module::trust::{Policies, SignatureFile};
 use crate::module::wasi::Link;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 use wasmtime::Engine;
 use wasmtime::component::{Component, InstancePre, Linker};
-
-/// How often the epoch advances; a running guest yields to the host this often, which
-/// is when the deadline timer can stop it.
-const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 pub struct ModuleHost {
     engine: Engine,
@@ -572,30 +566,4 @@ async fn ask(
             None => unreachable!("refused above"),
         },
     })
-}
-
-/// Advances the engine's epoch every tick while a guest runs, so a guest that never
-/// calls the host still yields and the deadline timer can fire.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(EPOCH_TICK);
-                engine.increment_epoch();
-            }
-        });
-        EpochTicker { stop }
-    }
-}
-
-impl Drop for EpochTicker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
 }

@@ -11,6 +11,7 @@ pub mod engine;
 pub mod file;
 pub(crate) mod host;
 pub mod instance;
+mod ticker;
 mod trap;
 pub mod trust;
 pub(crate) mod wasi;
