@@ -166,13 +166,13 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    /// Runs a guest that loops forever under an epoch deadline of one tick, with
-    /// `ticker` the only thing advancing the epoch (a watchdog stops it after 60 s
-    /// and the test fails): how long it ran until the epoch stopped it.
-    fn spin_until_interrupted(engine: &Engine, ticker: EpochTicker) -> Duration {
-        let module =
-            wasmtime::Module::new(engine, r#"(module (func (export "spin") (loop br 0)))"#)
-                .unwrap();
+    /// Runs a guest that loops forever under an epoch deadline of one tick, with the
+    /// ticker `start` makes (just before the guest runs) the only thing advancing the
+    /// epoch (a watchdog stops it after 60 s and the test fails): how long it ran
+    /// until the epoch stopped it.
+    fn spin_until_interrupted(engine: &Engine, start: impl FnOnce() -> EpochTicker) -> Duration {
+        let wasm = wat::parse_str(r#"(module (func (export "spin") (loop br 0)))"#).unwrap();
+        let module = wasmtime::Module::new(engine, wasm).unwrap();
         let mut store = wasmtime::Store::new(engine, ());
         store.set_epoch_deadline(1);
         store.epoch_deadline_trap();
@@ -195,6 +195,7 @@ mod tests {
                 fired
             })
         };
+        let ticker = start();
         let began = Instant::now();
         let trap = spin.call(&mut store, ()).unwrap_err();
         let ran = began.elapsed();
@@ -211,7 +212,7 @@ mod tests {
         ran
     }
 
-    fn engine() -> Engine {
+    fn new_engine() -> Engine {
         let mut config = wasmtime::Config::new();
         config.epoch_interruption(true);
         Engine::new(&config).unwrap()
@@ -219,21 +220,33 @@ mod tests {
 
     #[test]
     fn a_timer_signal_stops_a_spinning_guest_and_is_gone_once_dropped() {
-        let engine = engine();
-        let ticker = EpochTicker::start(engine.clone());
-        assert!(ticker.signals(), "no timer could be made");
-        let ran = spin_until_interrupted(&engine, ticker);
+        let engine = new_engine();
+        let ran = spin_until_interrupted(&engine, || {
+            let ticker = EpochTicker::start(engine.clone());
+            assert!(ticker.signals(), "no timer could be made");
+            ticker
+        });
         assert!(ran >= TICK / 2, "stopped after {ran:?}, before a tick");
         assert!(TICKING.get().is_null());
     }
 
     #[test]
     fn a_second_ticker_on_one_thread_is_a_thread_and_stops_a_guest_too() {
-        let engine = engine();
+        let engine = new_engine();
         let first = EpochTicker::start(engine.clone());
         let second = EpochTicker::start(engine.clone());
         assert!(first.signals() && !second.signals());
         drop(first);
-        spin_until_interrupted(&engine, second);
+        drop(second);
+        // A fresh engine: the dropped thread may tick the old one once more.
+        let engine = new_engine();
+        let ran = spin_until_interrupted(&engine, || {
+            let _timer = EpochTicker::start(engine.clone());
+            let thread = EpochTicker::start(engine.clone());
+            assert!(!thread.signals());
+            // The timer is deleted as the closure returns: only the thread ticks.
+            thread
+        });
+        assert!(ran >= TICK / 2, "stopped after {ran:?}, before a tick");
     }
 }
