@@ -4,9 +4,9 @@
 //! A POSIX timer on the calling thread's CPU time would not do (a guest blocked in
 //! the host spends none), so it is a monotonic timer whose signal is sent to the
 //! calling thread, where the handler increments the epoch: no thread per call. A
-//! thread was a tenth of a warm call's kernel time: its stack and malloc arena mapped
-//! and unmapped, TLB shootdowns to the second CPU for every later `munmap`, and at
-//! exit the kernel waking it from its sleep only to end it. The first tick comes
+//! thread cost every call its stack and a malloc arena mapped and unmapped, TLB
+//! shootdowns to the second CPU for every later `munmap`, and at exit the kernel
+//! waking it from its sleep only to end it. The first tick comes
 //! [`TICK`] after the start, so a call that answers sooner (the common case) takes no
 //! signal at all. Where no timer can be made (`RLIMIT_SIGPENDING`), a thread ticks.
 //!
@@ -18,7 +18,7 @@
 
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::Once;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use wasmtime::Engine;
@@ -137,19 +137,16 @@ impl Drop for EpochTicker {
 
 /// Installs the handler once per process; says whether it is installed.
 fn install_handler() -> bool {
-    static ONCE: Once = Once::new();
-    static INSTALLED: AtomicBool = AtomicBool::new(false);
-    ONCE.call_once(|| {
+    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    *INSTALLED.get_or_init(|| {
         // SAFETY: a zeroed sigaction is valid; the handler is async-signal-safe
         // (a thread-local read and an atomic increment).
         let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
         action.sa_sigaction = tick as *const () as libc::sighandler_t;
         action.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
-        let ok = unsafe { libc::sigaction(SIGNAL, &action, std::ptr::null_mut()) } == 0;
-        INSTALLED.store(ok, Ordering::Relaxed);
-    });
-    INSTALLED.load(Ordering::Relaxed)
+        unsafe { libc::sigaction(SIGNAL, &action, std::ptr::null_mut()) == 0 }
+    })
 }
 
 extern "C" fn tick(_signal: libc::c_int) {
