@@ -46,9 +46,12 @@ pub fn signature_path(module: &Path) -> PathBuf {
 }
 
 /// The key id minisign prints (`minisign public key 5B2A…`): the 8 id bytes, read
-/// as a little-endian number, in upper-case hex.
+/// as a little-endian number, in upper-case hex without leading zeros (minisign's
+/// `%PRIX64`: a key whose id starts with a zero digit prints 15 digits or fewer).
 fn key_id(id: &[u8]) -> String {
-    id.iter().rev().map(|b| format!("{b:02X}")).collect()
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&id[..8]);
+    format!("{:X}", u64::from_le_bytes(bytes))
 }
 
 /// The key id in a minisign key or signature line (base64 of algorithm, id, …).
@@ -433,6 +436,9 @@ QtKMXWyYcwdpZAlPF7tE2ENJkRd1ujvKjlj1m9RtHTBnZPa5WKU5uWRs5GoP5M/VqE81QFuMKI5k/SfN
     fn key_ids_read_as_minisign_prints_them() {
         assert_eq!(key_id_of(PUBLIC).unwrap(), "E7620F1842B4E81F");
         assert_eq!(signature().key_id(), "E7620F1842B4E81F");
+        // minisign printed `2EC12B489011CAE` for a key whose id's top digit is 0.
+        let id = 0x02EC_12B4_8901_1CAEu64.to_le_bytes();
+        assert_eq!(key_id(&id), "2EC12B489011CAE");
     }
 
     #[test]
