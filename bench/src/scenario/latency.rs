@@ -6,7 +6,7 @@
 //! signature: what a node's policy costs a warm call.
 
 use super::syncs::{SyncTracer, Syncs};
-use super::{Peer, cached_calls, warm_cache};
+use super::{Peer, cached_calls, past_racy_window, warm_cache};
 use crate::invocations::{self, Invocation};
 use crate::process::{Finished, Runner};
 use crate::report::{Section, Target, table};
@@ -133,6 +133,9 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     };
     let signing = TempDir::new("signed")?;
     let (signed, policy) = signed_module(&paths.host_local_module, &signing)?;
+    // As for the unsigned module (built long before): measure the steady state, not
+    // the first seconds of a just-copied module, which every call would hash.
+    past_racy_window(signing.path())?;
     let trusted_node = Node::new("latency-trusted")?;
     let trusted = Peer {
         name: "wasm-ipam, signed",

@@ -79,13 +79,16 @@ pub fn warm_cache(wasm_ipam: &Path, module: &Path, extra: Value) -> io::Result<T
     Ok(cache)
 }
 
-/// Waits until every file in `cache_dir` is older than the cache's racy window
-/// (`wasm_ipam::module::cache::RACY_WINDOW`), measured by the files' own ctimes.
-fn past_racy_window(cache_dir: &Path) -> io::Result<()> {
+/// Waits until every file in `dir` is older than the cache's racy window
+/// (`wasm_ipam::module::cache::RACY_WINDOW`), measured by the files' own ctimes: a
+/// module or artifact younger than that is hashed on every call (its recorded digest
+/// could not vouch for a rewrite within the same clock tick), which a warm call on a
+/// node, its module installed long before, never does.
+pub fn past_racy_window(dir: &Path) -> io::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let window = wasm_ipam::module::cache::RACY_WINDOW + std::time::Duration::from_millis(100);
     let mut newest = 0i128;
-    for entry in std::fs::read_dir(cache_dir)? {
+    for entry in std::fs::read_dir(dir)? {
         let meta = entry?.metadata()?;
         newest =
             newest.max(i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()));
