@@ -46,6 +46,10 @@ pub struct Finished {
     pub success: bool,
     /// Peak resident memory of the child, KiB.
     pub max_rss_kib: u64,
+    /// CPU time the child (and any descendants it reaped) ran, user + system, ms.
+    pub cpu_ms: f64,
+    /// Minor page faults (pages the kernel mapped or zeroed without I/O).
+    pub minor_faults: u64,
 }
 
 impl Finished {
@@ -53,6 +57,10 @@ impl Finished {
     pub fn ms(&self) -> f64 {
         (self.ended - self.spawned).as_secs_f64() * 1000.0
     }
+}
+
+fn timeval_ms(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0
 }
 
 struct Running {
@@ -169,6 +177,8 @@ impl Runner {
                 ended,
                 success: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
                 max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+                cpu_ms: timeval_ms(usage.ru_utime) + timeval_ms(usage.ru_stime),
+                minor_faults: u64::try_from(usage.ru_minflt).unwrap_or(0),
             });
         }
         None
