@@ -464,6 +464,28 @@ fn section(opts: &Options, results: &Results) -> Section {
         ],
         &[cost_row("wasm-ipam", w), cost_row("host-local", h)],
     );
+    // Per cycle, each pair's sum: CPU time, and spawn-to-reap less CPU time.
+    let per_cycle = |m: &Measured, f: fn(&Finished) -> f64| {
+        m.adds
+            .iter()
+            .zip(&m.dels)
+            .map(|(a, d)| f(a) + f(d))
+            .collect::<Samples>()
+            .median()
+    };
+    let (cpu, off) = (|f: &Finished| f.cpu_ms, |f: &Finished| f.ms() - f.cpu_ms);
+    body += &format!(
+        "\nPer cycle, wasm-ipam's CPU time is {} host-local's ({} vs {}) and its time off \
+         the CPU {} ({} vs {}). Off the CPU, a committing wasm-ipam call waits for its \
+         durable sync after the lock ({} per ADD above; host-local makes none).\n",
+        ratio(per_cycle(w, cpu), per_cycle(h, cpu)),
+        ms(per_cycle(w, cpu)),
+        ms(per_cycle(h, cpu)),
+        ratio(per_cycle(w, off), per_cycle(h, off)),
+        ms(per_cycle(w, off)),
+        ms(per_cycle(h, off)),
+        ms(sync),
+    );
 
     let (wcold, hcold) = (ms_of(&wc.adds), ms_of(&hc.adds));
     body += &format!(
