@@ -430,10 +430,9 @@ fn section(opts: &Options, results: &Results) -> Section {
         );
     }
 
-    // What each call costs the machine, from wait4's rusage: CPU time, and the page
-    // faults the kernel served (each a fresh page zeroed or a cached one mapped).
-    // Spawn to reap less CPU is time off the CPU: waiting for the disk or the
-    // scheduler.
+    // What each call costs the machine, from wait4's rusage: CPU time (summed over a
+    // process's threads), and the page faults the kernel served (each a fresh page
+    // zeroed or a cached one mapped).
     let per_call = |calls: &[Finished], f: fn(&Finished) -> f64| {
         calls.iter().map(f).collect::<Samples>().median()
     };
@@ -444,14 +443,11 @@ fn section(opts: &Options, results: &Results) -> Section {
             ms(per_call(&m.dels, |f| f.cpu_ms)),
             format!("{:.0}", per_call(&m.adds, |f| f.minor_faults as f64)),
             format!("{:.0}", per_call(&m.dels, |f| f.minor_faults as f64)),
-            ms(per_call(&m.adds, |f| f.ms() - f.cpu_ms)),
-            ms(per_call(&m.dels, |f| f.ms() - f.cpu_ms)),
         ]
     };
     body += "\nWhat a warm call costs the machine (medians over the same calls, from each \
-             child's `rusage` as wait4 reports it): CPU time (user + system), minor page \
-             faults, and spawn to reap less CPU time, which is time spent off the CPU \
-             (waiting for the disk, or for the scheduler):\n\n";
+             child's `rusage` as wait4 reports it): CPU time, user + system, summed over \
+             the process's threads, and minor page faults:\n\n";
     body += &table(
         &[
             "plugin",
@@ -459,12 +455,10 @@ fn section(opts: &Options, results: &Results) -> Section {
             "DEL CPU",
             "ADD page faults",
             "DEL page faults",
-            "ADD off CPU",
-            "DEL off CPU",
         ],
         &[cost_row("wasm-ipam", w), cost_row("host-local", h)],
     );
-    // Per cycle, each pair's sum: CPU time, and spawn-to-reap less CPU time.
+    // Per cycle, each pair's sum.
     let per_cycle = |m: &Measured, f: fn(&Finished) -> f64| {
         m.adds
             .iter()
@@ -473,19 +467,37 @@ fn section(opts: &Options, results: &Results) -> Section {
             .collect::<Samples>()
             .median()
     };
-    let (cpu, off) = (|f: &Finished| f.cpu_ms, |f: &Finished| f.ms() - f.cpu_ms);
+    let cpu = |f: &Finished| f.cpu_ms;
     body += &format!(
-        "\nPer cycle, wasm-ipam's CPU time is {} host-local's ({} vs {}) and its time off \
-         the CPU {} ({} vs {}). Off the CPU, a committing wasm-ipam call waits for its \
-         durable sync after the lock ({} per ADD above; host-local makes none).\n",
+        "\nPer cycle, wasm-ipam's CPU time is {} host-local's ({} vs {}).",
         ratio(per_cycle(w, cpu), per_cycle(h, cpu)),
         ms(per_cycle(w, cpu)),
         ms(per_cycle(h, cpu)),
-        ratio(per_cycle(w, off), per_cycle(h, off)),
-        ms(per_cycle(w, off)),
-        ms(per_cycle(h, off)),
-        ms(sync),
     );
+    // Wall less CPU is waiting only for a process that ran on one thread.
+    if let Some(s) = syncs {
+        body += &format!(
+            " Under strace ({} calls each, as above), a wasm-ipam call started {} and a \
+             host-local call up to {:.0} threads (its Go runtime's, whose CPU times add \
+             up, so its CPU time can exceed its wall time).",
+            s.wasm.traced,
+            match s.wasm.threads_max {
+                0.0 => "no thread".to_string(),
+                n => format!("up to {n:.0} threads"),
+            },
+            s.host_local.threads_max
+        );
+        if s.wasm.threads_max == 0.0 {
+            body += &format!(
+                " On its one thread, wasm-ipam's wall time less its CPU time, {} per \
+                 cycle, is time it waits off the CPU: for its durable sync after the lock \
+                 ({} per ADD above; host-local makes none) and for the scheduler.",
+                ms(per_cycle(w, |f| f.ms() - f.cpu_ms)),
+                ms(sync),
+            );
+        }
+    }
+    body += "\n";
 
     let (wcold, hcold) = (ms_of(&wc.adds), ms_of(&hc.adds));
     body += &format!(

@@ -1,5 +1,5 @@
-//! Counts the disk syncs (fsync/fdatasync) a plugin makes per call by running a few
-//! calls under strace. A durable commit waits on the disk, which a CPU profile (perf)
+//! Counts the disk syncs (fsync/fdatasync) a plugin makes per call, and the threads
+//! it starts, by running a few calls under strace. A durable commit waits on the disk, which a CPU profile (perf)
 //! does not show, and on a shared virtual disk those waits can dominate a call.
 
 use super::Peer;
@@ -10,13 +10,14 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// Runs one plugin's calls under `strace -f -T -e trace=fsync,fdatasync`.
+/// Runs one plugin's calls under `strace -f -T -e trace=fsync,fdatasync,clone,clone3`.
 pub struct SyncTracer {
     /// Holds the wrapper script and the trace; removed on drop.
     dir: TempDir,
     peer: Peer,
     counts: Vec<f64>,
     times_ms: Vec<f64>,
+    threads: Vec<f64>,
 }
 
 /// Per traced call, medians.
@@ -25,6 +26,8 @@ pub struct Syncs {
     pub calls: f64,
     pub ms: f64,
     pub traced: usize,
+    /// The most threads (clone/clone3) any traced call started.
+    pub threads_max: f64,
 }
 
 impl SyncTracer {
@@ -45,7 +48,7 @@ impl SyncTracer {
         std::fs::write(
             &wrapper,
             format!(
-                "#!/bin/sh\nexec {} -f -T -e trace=fsync,fdatasync -o {} -- {} \"$@\"\n",
+                "#!/bin/sh\nexec {} -f -T -e trace=fsync,fdatasync,clone,clone3 -o {} -- {} \"$@\"\n",
                 strace.display(),
                 dir.join("trace").display(),
                 plugin.display()
@@ -62,6 +65,7 @@ impl SyncTracer {
             dir,
             counts: Vec::new(),
             times_ms: Vec::new(),
+            threads: Vec::new(),
         }))
     }
 
@@ -72,6 +76,11 @@ impl SyncTracer {
         runner.run(&self.peer.call(command, id))?;
         let text = std::fs::read_to_string(&trace).unwrap_or_default();
         let syncs: Vec<&str> = text.lines().filter(|l| l.contains("sync")).collect();
+        self.threads.push(
+            text.lines()
+                .filter(|l| l.contains(" clone") && !l.contains("resumed"))
+                .count() as f64,
+        );
         // An interrupted syscall shows as "<unfinished ...>" then "<... resumed>":
         // count it once, and take its duration from the resumed line.
         self.counts
@@ -91,6 +100,7 @@ impl SyncTracer {
             calls: Samples::new(self.counts.clone()).median(),
             ms: Samples::new(self.times_ms.clone()).median(),
             traced: self.counts.len(),
+            threads_max: self.threads.iter().copied().fold(0.0, f64::max),
         }
     }
 }
