@@ -1,6 +1,7 @@
 //! Counts the disk syncs (fsync/fdatasync) a plugin makes per call, and the threads
-//! it starts, by running a few calls under strace. A durable commit waits on the disk, which a CPU profile (perf)
-//! does not show, and on a shared virtual disk those waits can dominate a call.
+//! it starts, by running a few calls under strace. A durable commit waits on the
+//! disk, which a CPU profile (perf) does not show, and on a shared virtual disk those
+//! waits can dominate a call.
 
 use super::Peer;
 use crate::process::Runner;
@@ -76,11 +77,7 @@ impl SyncTracer {
         runner.run(&self.peer.call(command, id))?;
         let text = std::fs::read_to_string(&trace).unwrap_or_default();
         let syncs: Vec<&str> = text.lines().filter(|l| l.contains("sync")).collect();
-        self.threads.push(
-            text.lines()
-                .filter(|l| l.contains(" clone") && !l.contains("resumed"))
-                .count() as f64,
-        );
+        self.threads.push(threads_started(&text) as f64);
         // An interrupted syscall shows as "<unfinished ...>" then "<... resumed>":
         // count it once, and take its duration from the resumed line.
         self.counts
@@ -105,6 +102,14 @@ impl SyncTracer {
     }
 }
 
+/// The clone/clone3 calls in a trace (a call interrupted by a signal counts once).
+fn threads_started(trace: &str) -> usize {
+    trace
+        .lines()
+        .filter(|l| (l.contains(" clone(") || l.contains(" clone3(")) && !l.contains("resumed"))
+        .count()
+}
+
 /// The `<0.001234>` duration strace -T puts at the end of a finished syscall's line.
 fn trailing_seconds(line: &str) -> Option<f64> {
     let inner = line.trim_end().strip_suffix('>')?;
@@ -113,7 +118,18 @@ fn trailing_seconds(line: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::trailing_seconds;
+    use super::{threads_started, trailing_seconds};
+
+    #[test]
+    fn threads_are_the_clone_calls_counted_once() {
+        let trace = "10 clone3({flags=CLONE_VM|CLONE_THREAD, ...}, 88) = 11 <0.000052>\n\
+                     10 clone(child_stack=0x7f, flags=CLONE_VM <unfinished ...>\n\
+                     11 fdatasync(5) = 0 <0.000400>\n\
+                     10 <... clone resumed>) = 12 <0.000100>\n\
+                     12 +++ exited with 0 +++\n";
+        assert_eq!(threads_started(trace), 2);
+        assert_eq!(threads_started("11 fdatasync(5) = 0 <0.000400>\n"), 0);
+    }
 
     #[test]
     fn durations_come_from_finished_lines_only() {
