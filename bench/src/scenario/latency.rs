@@ -48,19 +48,25 @@ struct Measured {
 }
 
 impl Measured {
-    fn cycle_ms(&self) -> Samples {
+    /// Per cycle, the sum of `figure` over its ADD and its DEL.
+    fn per_cycle(&self, figure: fn(&Finished) -> f64) -> Samples {
         self.adds
             .iter()
             .zip(&self.dels)
-            .map(|(a, d)| a.ms() + d.ms())
+            .map(|(a, d)| figure(a) + figure(d))
             .collect()
+    }
+    fn cycle_ms(&self) -> Samples {
+        self.per_cycle(Finished::ms)
     }
     fn rss_mib(calls: &[Finished]) -> Samples {
-        calls
-            .iter()
-            .map(|f| f.max_rss_kib as f64 / 1024.0)
-            .collect()
+        samples(calls, |f| f.max_rss_kib as f64 / 1024.0)
     }
+}
+
+/// `figure` of each call.
+fn samples(calls: &[Finished], figure: fn(&Finished) -> f64) -> Samples {
+    calls.iter().map(figure).collect()
 }
 
 fn call(runner: &mut Runner, peer: &Peer, command: &str, id: &str) -> io::Result<Finished> {
@@ -307,7 +313,7 @@ fn section(opts: &Options, results: &Results) -> Section {
         syncs,
         floors,
     } = results;
-    let ms_of = |calls: &[Finished]| calls.iter().map(Finished::ms).collect::<Samples>();
+    let ms_of = |calls: &[Finished]| samples(calls, Finished::ms);
     let (wcyc, hcyc, tcyc) = (w.cycle_ms(), h.cycle_ms(), t.cycle_ms());
     let row = |name: &str, m: &Measured, cyc: &Samples| {
         vec![
@@ -433,9 +439,7 @@ fn section(opts: &Options, results: &Results) -> Section {
     // What each call costs the machine, from wait4's rusage: CPU time (summed over a
     // process's threads), and the page faults the kernel served (each a fresh page
     // zeroed or a cached one mapped).
-    let per_call = |calls: &[Finished], f: fn(&Finished) -> f64| {
-        calls.iter().map(f).collect::<Samples>().median()
-    };
+    let per_call = |calls: &[Finished], f: fn(&Finished) -> f64| samples(calls, f).median();
     let cost_row = |name: &str, m: &Measured| {
         vec![
             name.to_string(),
@@ -458,41 +462,33 @@ fn section(opts: &Options, results: &Results) -> Section {
         ],
         &[cost_row("wasm-ipam", w), cost_row("host-local", h)],
     );
-    // Per cycle, each pair's sum.
-    let per_cycle = |m: &Measured, f: fn(&Finished) -> f64| {
-        m.adds
-            .iter()
-            .zip(&m.dels)
-            .map(|(a, d)| f(a) + f(d))
-            .collect::<Samples>()
-            .median()
-    };
     let cpu = |f: &Finished| f.cpu_ms;
+    let (wcpu, hcpu) = (w.per_cycle(cpu).median(), h.per_cycle(cpu).median());
     body += &format!(
         "\nPer cycle, wasm-ipam's CPU time is {} host-local's ({} vs {}).",
-        ratio(per_cycle(w, cpu), per_cycle(h, cpu)),
-        ms(per_cycle(w, cpu)),
-        ms(per_cycle(h, cpu)),
+        ratio(wcpu, hcpu),
+        ms(wcpu),
+        ms(hcpu),
     );
     // Wall less CPU is waiting only for a process that ran on one thread.
     if let Some(s) = syncs {
         body += &format!(
             " Under strace ({} calls each, as above), a wasm-ipam call started {} and a \
-             host-local call up to {:.0} threads (its Go runtime's, whose CPU times add \
+             host-local call up to {} threads (its Go runtime's, whose CPU times add \
              up, so its CPU time can exceed its wall time).",
             s.wasm.traced,
             match s.wasm.threads_max {
-                0.0 => "no thread".to_string(),
-                n => format!("up to {n:.0} threads"),
+                0 => "no thread".to_string(),
+                n => format!("up to {n} threads"),
             },
             s.host_local.threads_max
         );
-        if s.wasm.threads_max == 0.0 {
+        if s.wasm.threads_max == 0 {
             body += &format!(
                 " On its one thread, wasm-ipam's wall time less its CPU time, {} per \
                  cycle, is time it waits off the CPU: for its durable sync after the lock \
                  ({} per ADD above; host-local makes none) and for the scheduler.",
-                ms(per_cycle(w, |f| f.ms() - f.cpu_ms)),
+                ms(w.per_cycle(|f| f.ms() - f.cpu_ms).median()),
                 ms(sync),
             );
         }
@@ -580,6 +576,7 @@ fn section(opts: &Options, results: &Results) -> Section {
     body += &floor_text;
 
     let cycle_ratio = wcyc.median() / hcyc.median();
+    let add_budget = CYCLE_RATIO_TARGET * ms_of(&h.adds).median();
     let targets = vec![
         Target {
             name: "warm cycle under a trust policy".into(),
@@ -614,8 +611,8 @@ fn section(opts: &Options, results: &Results) -> Section {
                 ms(wcyc.median() - CYCLE_RATIO_TARGET * hcyc.median()),
                 ms(wall - total),
                 ms(sync),
-                100.0 * (wall - total + sync) / (CYCLE_RATIO_TARGET * ms_of(&h.adds).median()),
-                ms(CYCLE_RATIO_TARGET * ms_of(&h.adds).median())
+                100.0 * (wall - total + sync) / add_budget,
+                ms(add_budget)
             ),
         },
         Target {

@@ -18,7 +18,7 @@ pub struct SyncTracer {
     peer: Peer,
     counts: Vec<f64>,
     times_ms: Vec<f64>,
-    threads: Vec<f64>,
+    threads: Vec<usize>,
 }
 
 /// Per traced call, medians.
@@ -28,7 +28,7 @@ pub struct Syncs {
     pub ms: f64,
     pub traced: usize,
     /// The most threads (clone/clone3) any traced call started.
-    pub threads_max: f64,
+    pub threads_max: usize,
 }
 
 impl SyncTracer {
@@ -77,7 +77,7 @@ impl SyncTracer {
         runner.run(&self.peer.call(command, id))?;
         let text = std::fs::read_to_string(&trace).unwrap_or_default();
         let syncs: Vec<&str> = text.lines().filter(|l| l.contains("sync")).collect();
-        self.threads.push(threads_started(&text) as f64);
+        self.threads.push(threads_started(&text));
         // An interrupted syscall shows as "<unfinished ...>" then "<... resumed>":
         // count it once, and take its duration from the resumed line.
         self.counts
@@ -97,7 +97,7 @@ impl SyncTracer {
             calls: Samples::new(self.counts.clone()).median(),
             ms: Samples::new(self.times_ms.clone()).median(),
             traced: self.counts.len(),
-            threads_max: self.threads.iter().copied().fold(0.0, f64::max),
+            threads_max: self.threads.iter().copied().max().unwrap_or(0),
         }
     }
 }
