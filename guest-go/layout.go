@@ -1,0 +1,89 @@
+package ipam
+
+// Where the canonical ABI puts each value of the handler world in linear memory: the
+// offsets the glue (abi_wasip1.go, host_wasip1.go) reads and writes at. Each is a
+// figure of contract.golden, which the integration suite derives from wit/ipam.wit
+// with wit-parser; contract_test.go checks these constants, and the glue's
+// wasmimport and wasmexport declarations, against it.
+
+// The records of cni:ipam/types.
+const (
+	requestSize          = 96
+	requestCommand       = 0
+	requestContainerID   = 4
+	requestNetns         = 12
+	requestIfname        = 20
+	requestArgs          = 28
+	requestNetworkName   = 36
+	requestCNIVersion    = 44
+	requestConfig        = 52
+	requestPrevResult    = 60
+	requestLockGrantedAt = 72
+	requestNodeName      = 88
+
+	argSize  = 16 // tuple<string, string>
+	argKey   = 0
+	argValue = 8
+
+	wallInstantSeconds     = 0
+	wallInstantNanoseconds = 8
+
+	attachmentSize        = 16
+	attachmentContainerID = 0
+	attachmentIfname      = 8
+
+	ipConfigSize    = 20
+	ipConfigAddress = 0
+	ipConfigGateway = 8
+
+	routeSize     = 56
+	routeDst      = 0
+	routeGW       = 8
+	routeMTU      = 20
+	routeAdvMSS   = 28
+	routePriority = 36
+	routeTable    = 44
+	routeScope    = 52
+
+	dnsNameservers = 0
+	dnsDomain      = 8
+	dnsSearch      = 20
+	dnsOptions     = 28
+
+	ipamResultIPs    = 0
+	ipamResultRoutes = 8
+	ipamResultDNS    = 16
+
+	errorSize    = 20
+	errorCode    = 0
+	errorMsg     = 4
+	errorDetails = 12
+
+	// Where the payload of an option or result lies past its discriminant: 4 for a
+	// payload aligned to 4 (a string, a list, a u32, a record of those), 1 for a u8.
+	payload4 = 4
+	payload1 = 1
+)
+
+// Return areas of the handler's functions.
+const (
+	// result<ipam-result, error>: the discriminant, then either at 4.
+	addReturnSize = 56
+	// result<_, error>.
+	unitReturnSize = 24
+)
+
+// Return areas of the store's functions.
+const (
+	// option<list<u8>>: the discriminant, the list at 4.
+	getReturnSize = 12
+	// result<_, store-error> and result<bool, store-error>: the discriminant; at 4 the
+	// bool, or the store-error variant (its case at 4, its string at 8).
+	writeReturnSize   = 16
+	storeErrorPayload = 4
+	// list<tuple<string, list<u8>>>.
+	listReturnSize = 8
+	entrySize      = 16
+	entryKey       = 0
+	entryValue     = 8
+)

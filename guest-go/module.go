@@ -1,0 +1,192 @@
+// Package ipam is the Go SDK for wasm-ipam modules: WebAssembly components the
+// `wasm-ipam` CNI plugin runs under its host-wide lock and post-grant deadline.
+//
+// A module implements Module (ADD and DEL) over a Store it is handed, and may
+// implement Checker, GarbageCollector and StatusReporter; the defaults for those are
+// the Rust SDK's, built on AllocationLister and PoolReporter when the module
+// implements them. It registers itself with Export from an init function, and
+// build.sh turns the package main into a component exporting `cni:ipam/handler`.
+// Because the store is an argument, the same code runs in a host (on HostStore) and
+// in a plain `go test` (on a MemoryStore).
+package ipam
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Module is what every module implements: one function per CNI command it must
+// answer itself.
+type Module interface {
+	// Add allocates addresses for req.ContainerID / req.Ifname.
+	Add(req *Request, store Store) (*Result, *Error)
+	// Del releases what Add allocated; it succeeds when nothing is allocated (a DEL
+	// may come twice, or for an ADD that failed).
+	Del(req *Request, store Store) *Error
+}
+
+// Checker is a module's own CHECK. Without it, CHECK succeeds when an allocation
+// AllocationLister lists is the attachment's (one with an empty Ifname is the
+// container's), else code 3; without AllocationLister it is code 121.
+type Checker interface {
+	Check(req *Request, store Store) *Error
+}
+
+// GarbageCollector is a module's own GC. Without it, GC runs a DEL, as Del does it,
+// for each attachment AllocationLister lists that no valid attachment is; every DEL
+// is tried and the failures reported together. Without AllocationLister it is code
+// 121.
+type GarbageCollector interface {
+	GC(req *Request, valid []Attachment, store Store) *Error
+}
+
+// StatusReporter is a module's own STATUS. Without it, STATUS succeeds unless
+// PoolReporter answers pools of which none has an address free (code 50).
+type StatusReporter interface {
+	Status(req *Request, store Store) *Error
+}
+
+// Allocation is one address handed out.
+type Allocation struct {
+	// Address alone, without a prefix length: `10.1.2.3`, `fd00::3`.
+	Address     string
+	ContainerID string
+	// Ifname is empty when the module does not know it.
+	Ifname string
+}
+
+// AllocationLister lists every address handed out; the defaults of CHECK, GC and
+// STATUS are built on it.
+type AllocationLister interface {
+	Allocations(ctx *Context, store Store) ([]Allocation, *Error)
+}
+
+// Pool is one pool of addresses and its use.
+type Pool struct {
+	Name     string
+	Capacity *uint64
+	InUse    uint64
+	// Free is the addresses that can be handed out now, nil when unknown.
+	Free *uint64
+}
+
+// PoolReporter reports the module's pools. Without it, the pools are one named
+// after the network, with AllocationLister's count in use and capacity unknown.
+type PoolReporter interface {
+	Pools(ctx *Context, store Store) ([]Pool, *Error)
+}
+
+// Check answers CHECK for m: its own Check, or the default.
+func Check(m Module, req *Request, store Store) *Error {
+	if c, ok := m.(Checker); ok {
+		return c.Check(req, store)
+	}
+	held, err := Allocations(m, ContextOf(req), store)
+	if err != nil {
+		return prefixed("cannot check the attachment", err)
+	}
+	for _, a := range held {
+		if holds(a, Attachment{req.ContainerID, req.Ifname}) {
+			return nil
+		}
+	}
+	return NewError(CodeUnknownContainer, "no address is allocated to container %s interface %s", req.ContainerID, req.Ifname)
+}
+
+// CollectGarbage answers GC for m: its own GC, or the default.
+func CollectGarbage(m Module, req *Request, valid []Attachment, store Store) *Error {
+	if g, ok := m.(GarbageCollector); ok {
+		return g.GC(req, valid, store)
+	}
+	held, err := Allocations(m, ContextOf(req), store)
+	if err != nil {
+		return prefixed("cannot collect garbage", err)
+	}
+	var stale []Attachment
+	for _, a := range held {
+		attachment := Attachment{a.ContainerID, a.Ifname}
+		isValid := false
+		for _, v := range valid {
+			if holds(a, v) {
+				isValid = true
+				break
+			}
+		}
+		if !isValid && !contains(stale, attachment) {
+			stale = append(stale, attachment)
+		}
+	}
+	var failed []string
+	var first *Error
+	for _, a := range stale {
+		del := *req
+		del.Command, del.ContainerID, del.Ifname, del.Netns, del.PrevResult = CmdDel, a.ContainerID, a.Ifname, "", nil
+		if err := m.Del(&del, store); err != nil {
+			if first == nil {
+				first = err
+			}
+			failed = append(failed, fmt.Sprintf("%s %s: %s", a.ContainerID, a.Ifname, err.Msg))
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return NewError(first.Code, "GC could not release %d attachment(s)", len(failed)).WithDetails(strings.Join(failed, "; "))
+}
+
+// ReportStatus answers STATUS for m: its own Status, or the default.
+func ReportStatus(m Module, req *Request, store Store) *Error {
+	if s, ok := m.(StatusReporter); ok {
+		return s.Status(req, store)
+	}
+	pools, err := Pools(m, ContextOf(req), store)
+	if err != nil || len(pools) == 0 {
+		return nil
+	}
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		if p.Free == nil || *p.Free != 0 {
+			return nil
+		}
+		names[i] = p.Name
+	}
+	return NewError(CodePluginNotAvailable, "no address is free in %s", strings.Join(names, ", "))
+}
+
+// Allocations answers m's allocations: its own, or code 121.
+func Allocations(m Module, ctx *Context, store Store) ([]Allocation, *Error) {
+	if l, ok := m.(AllocationLister); ok {
+		return l.Allocations(ctx, store)
+	}
+	return nil, Unsupported("this module does not report allocations")
+}
+
+// Pools answers m's pools: its own, or one named after the network with the count
+// of its allocations in use.
+func Pools(m Module, ctx *Context, store Store) ([]Pool, *Error) {
+	if p, ok := m.(PoolReporter); ok {
+		return p.Pools(ctx, store)
+	}
+	held, err := Allocations(m, ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	return []Pool{{Name: ctx.NetworkName, InUse: uint64(len(held))}}, nil
+}
+
+func holds(a Allocation, attachment Attachment) bool {
+	return a.ContainerID == attachment.ContainerID && (a.Ifname == "" || a.Ifname == attachment.Ifname)
+}
+
+func contains(list []Attachment, a Attachment) bool {
+	for _, x := range list {
+		if x == a {
+			return true
+		}
+	}
+	return false
+}
+
+func prefixed(what string, e *Error) *Error {
+	return &Error{Code: e.Code, Msg: what + ": " + e.Msg, Details: e.Details}
+}

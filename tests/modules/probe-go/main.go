@@ -1,0 +1,128 @@
+// The Go SDK's probe: a module whose behaviour its netconf chooses (`ipam.probe`),
+// so the integration suite can round-trip every type of the handler world through
+// the real host (tests/integration/go_sdk.rs) and make a Go module loop, allocate
+// without bound or panic (the hostile-module cases, for Go).
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	ipam "wasm-ipam.dev/guest-go"
+)
+
+type probe struct {
+	// Log the request as the SDK lifted it, as JSON (`request=...`).
+	Echo bool `json:"echo"`
+	// The ADD result to answer, in the SDK's field names.
+	Result *ipam.Result `json:"result"`
+	// Store operations, in order, each logged with its answer (`store=...`).
+	Store []storeOp `json:"store"`
+	// Log the deadline's figures (`deadline=...`).
+	Deadline bool `json:"deadline"`
+	// The error to answer, after everything else.
+	Error *ipam.Error `json:"error"`
+	// How the handler ends: "loop", "panic", "alloc" (without bound) or nothing.
+	Then string `json:"then"`
+}
+
+type storeOp struct {
+	Op    string `json:"op"`
+	Key   string `json:"key"`
+	Value []byte `json:"value"`
+}
+
+type module struct{}
+
+func (module) run(req *ipam.Request, store ipam.Store, extra any) *ipam.Error {
+	var conf struct {
+		Probe probe `json:"probe"`
+	}
+	if err := req.IPAM(&conf); err != nil {
+		return err
+	}
+	p := conf.Probe
+	if p.Echo {
+		logJSON("request", map[string]any{"request": req, "extra": extra})
+	}
+	for _, op := range p.Store {
+		var answer any
+		switch op.Op {
+		case "get":
+			value, ok := store.Get(op.Key)
+			answer = map[string]any{"value": value, "present": ok}
+		case "put":
+			answer = store.Put(op.Key, op.Value)
+		case "delete":
+			present, err := store.Delete(op.Key)
+			answer = map[string]any{"present": present, "error": err}
+		case "list":
+			answer = store.List(op.Key)
+		case "peek":
+			answer = store.Peek(op.Key)
+		default:
+			return ipam.InvalidConfig("unknown store op %q", op.Op)
+		}
+		logJSON("store", map[string]any{"op": op.Op, "key": op.Key, "answer": answer})
+	}
+	if p.Deadline {
+		logJSON("deadline", map[string]any{
+			"budget": ipam.Budget(), "remaining": ipam.Remaining(), "expired": ipam.Expired(),
+		})
+	}
+	switch p.Then {
+	case "loop":
+		for {
+		}
+	case "panic":
+		panic("probe asked to panic")
+	case "alloc":
+		var held [][]byte
+		for {
+			held = append(held, make([]byte, 1<<20))
+		}
+	}
+	return p.Error
+}
+
+func logJSON(what string, v any) {
+	text, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("%s: %v", what, err))
+	}
+	ipam.Infof("%s=%s", what, text)
+}
+
+func (m module) Add(req *ipam.Request, store ipam.Store) (*ipam.Result, *ipam.Error) {
+	if err := m.run(req, store, nil); err != nil {
+		return nil, err
+	}
+	var conf struct {
+		Probe probe `json:"probe"`
+	}
+	_ = req.IPAM(&conf)
+	if conf.Probe.Result != nil {
+		return conf.Probe.Result, nil
+	}
+	return &ipam.Result{IPs: []ipam.IPConfig{{Address: "10.99.0.2/24"}}}, nil
+}
+
+func (m module) Del(req *ipam.Request, store ipam.Store) *ipam.Error {
+	return m.run(req, store, nil)
+}
+
+func (m module) Check(req *ipam.Request, store ipam.Store) *ipam.Error {
+	return m.run(req, store, nil)
+}
+
+func (m module) GC(req *ipam.Request, valid []ipam.Attachment, store ipam.Store) *ipam.Error {
+	return m.run(req, store, valid)
+}
+
+func (m module) Status(req *ipam.Request, store ipam.Store) *ipam.Error {
+	return m.run(req, store, nil)
+}
+
+func init() { ipam.Export(module{}) }
+
+func main() {}
