@@ -3,6 +3,7 @@ package ipam
 import (
 	"encoding/json"
 	"runtime/debug"
+	"strings"
 )
 
 var registered Module
@@ -46,7 +47,7 @@ func configuredMemoryLimitMiB(config string) uint64 {
 			MemoryLimitMiB *uint64 `json:"memoryLimitMiB"`
 		} `json:"ipam"`
 	}
-	if json.Unmarshal([]byte(config), &conf) != nil || conf.IPAM.MemoryLimitMiB == nil {
+	if !strings.Contains(config, "memoryLimitMiB") || json.Unmarshal([]byte(config), &conf) != nil || conf.IPAM.MemoryLimitMiB == nil {
 		return DefaultMemoryLimitMiB
 	}
 	return *conf.IPAM.MemoryLimitMiB
