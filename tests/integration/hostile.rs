@@ -575,3 +575,47 @@ fn wat_module(node: &Node, name: &str, extra: &str, body: &str) -> PathBuf {
     std::fs::write(&path, component).unwrap();
     path
 }
+
+// ---- the same cases for a module in Go ----
+
+/// A Go module (`tests/modules/probe-go`, on the Go SDK) that loops, allocates
+/// without bound or panics is stopped with the codes a Rust one gets: 103 at the
+/// deadline, 105 at `memoryLimitMiB` (the Go runtime's heap limit, which the SDK sets
+/// below it, only makes the collector work harder first), 102 for the runtime's exit on
+/// an unrecovered panic. The store is left as it was and the lock free.
+#[test]
+fn a_go_module_that_loops_allocates_without_bound_or_panics_is_stopped_alike() {
+    let go = crate::go_sdk::probe_go_module();
+    let _serial = exclusive();
+    let (node, before) = node_with_state();
+    let conf = |probe: Value, ipam: Value| {
+        let mut conf = node.netconf("1.0.0", &go, json!({ "probe": probe }));
+        for (key, value) in ipam.as_object().unwrap() {
+            conf["ipam"][key] = value.clone();
+        }
+        conf
+    };
+    let write = json!([{"op": "put", "key": "x", "value": [1]}]);
+    let looping = conf(
+        json!({"store": write, "then": "loop"}),
+        json!({"deadlineSeconds": 1}),
+    );
+    assert_stopped_at_deadline(&node, &before, "ADD", looping);
+
+    let allocating = conf(json!({"store": write, "then": "alloc"}), json!({}));
+    let (reply, measured) = expect_refused(&node, &before, "ADD", &allocating, 105);
+    assert!(
+        reply.msg().contains("ipam.memoryLimitMiB"),
+        "{}",
+        reply.msg()
+    );
+    assert_peak_below(measured, 150.0, "a Go module's unbounded allocation");
+
+    let panicking = conf(json!({"store": write, "then": "panic"}), json!({}));
+    let (reply, _) = expect_refused(&node, &before, "DEL", &panicking, 102);
+    let log = std::fs::read_to_string(node.log_file()).unwrap();
+    assert!(
+        log.contains("probe asked to panic"),
+        "the panic's message is in the log: {reply:?}"
+    );
+}

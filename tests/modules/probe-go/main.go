@@ -27,9 +27,11 @@ type probe struct {
 }
 
 type storeOp struct {
-	Op    string `json:"op"`
-	Key   string `json:"key"`
-	Value []byte `json:"value"`
+	Op  string `json:"op"`
+	Key string `json:"key"`
+	// The value's bytes, as numbers.
+	Value []byte `json:"-"`
+	Bytes []int  `json:"value"`
 }
 
 type module struct{}
@@ -46,20 +48,23 @@ func (module) run(req *ipam.Request, store ipam.Store, extra any) *ipam.Error {
 		logJSON("request", map[string]any{"request": req, "extra": extra})
 	}
 	for _, op := range p.Store {
+		for _, b := range op.Bytes {
+			op.Value = append(op.Value, byte(b))
+		}
 		var answer any
 		switch op.Op {
 		case "get":
 			value, ok := store.Get(op.Key)
-			answer = map[string]any{"value": value, "present": ok}
+			answer = map[string]any{"value": numbers(value), "present": ok}
 		case "put":
 			answer = store.Put(op.Key, op.Value)
 		case "delete":
 			present, err := store.Delete(op.Key)
 			answer = map[string]any{"present": present, "error": err}
 		case "list":
-			answer = store.List(op.Key)
+			answer = entries(store.List(op.Key))
 		case "peek":
-			answer = store.Peek(op.Key)
+			answer = entries(store.Peek(op.Key))
 		default:
 			return ipam.InvalidConfig("unknown store op %q", op.Op)
 		}
@@ -83,6 +88,23 @@ func (module) run(req *ipam.Request, store ipam.Store, extra any) *ipam.Error {
 		}
 	}
 	return p.Error
+}
+
+// numbers is a value as a list of its bytes (JSON would give base64).
+func numbers(value []byte) []int {
+	out := make([]int, len(value))
+	for i, b := range value {
+		out[i] = int(b)
+	}
+	return out
+}
+
+func entries(list []ipam.Entry) [][]any {
+	out := [][]any{}
+	for _, e := range list {
+		out = append(out, []any{e.Key, numbers(e.Value)})
+	}
+	return out
 }
 
 func logJSON(what string, v any) {
