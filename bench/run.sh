@@ -40,6 +40,15 @@ RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wa
 RUSTFLAGS="$dist_flags" cargo build --profile dist --target "$host_target" -p wasm-ipam-compiler
 cargo build --release --target wasm32-wasip2 -p host-local -p probe -p cluster-pool
 cargo build --release --manifest-path bench/Cargo.toml
+# Modules in other languages (scenario `languages`): static-go with the Go toolchain
+# scripts/go-toolchain.sh installs; static-py when componentize-py is on the PATH
+# (scripts/test.sh installs it), else that row is left out.
+source scripts/go-toolchain.sh
+guest-go/build.sh examples/static-go "$root/target/modules/go/static_go.wasm"
+[ -x target/componentize-py/bin/componentize-py ] && export PATH="$root/target/componentize-py/bin:$PATH"
+if command -v componentize-py >/dev/null; then
+    examples/static-py/build.sh "$root/target/modules/bench/static_py.wasm"
+fi
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
 
 WASM_IPAM_BENCH_REVISION="$revision" WASM_IPAM_BENCH_COMMAND="./bench/run.sh${*:+ $*}" exec "$bench_target/release/wasm-ipam-bench" all \

@@ -7,15 +7,17 @@ use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
-    busy, churn, engines, etcd_churn, etcd_herd, herd, latency, ordering, stats_log, store_open,
+    busy, churn, engines, etcd_churn, etcd_herd, herd, languages, latency, ordering, stats_log,
+    store_open,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|busy|herd|etcd-herd|etcd-churn|ordering|churn|engines|store-open|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|ordering|churn|engines|store-open|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
+  languages    warm ADD+DEL cycles of modules in Rust, Go and Python; the Go one's first call
   busy         warm ADD+DEL cycles while another writer fsyncs on the same disk
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   etcd-herd    the herd on the etcd store (cluster-pool, 1 and 3 nodes) vs host-local
@@ -32,7 +34,10 @@ options (defaults in brackets):
   --host-local-module PATH   [<workspace>/target/wasm32-wasip2/release/host_local.wasm]
   --probe-module PATH        [<workspace>/target/wasm32-wasip2/release/probe.wasm]
   --cluster-pool-module PATH [<workspace>/target/wasm32-wasip2/release/cluster_pool.wasm]
+  --static-go-module PATH    [<workspace>/target/modules/go/static_go.wasm]
+  --static-py-module PATH    [<workspace>/target/modules/bench/static_py.wasm; skipped if absent]
   --host-local PATH          [/usr/lib/cni/host-local]
+  --language-cycles N        languages: ADD+DEL cycles per module [100]
   --cycles N                 latency: ADD+DEL cycles per plugin [200]
   --cold-calls N             latency: first calls per plugin [10]
   --herd-sizes N,N           herd sizes [200,1000]
@@ -53,8 +58,9 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 10] = [
+const SCENARIOS: [&str; 11] = [
     "latency",
+    "languages",
     "busy",
     "herd",
     "etcd-herd",
@@ -77,6 +83,7 @@ struct Args {
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
+    languages: languages::Options,
     store_open: store_open::Options,
     busy: busy::Options,
     stats_log: stats_log::Options,
@@ -117,6 +124,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             spin_ms: 20,
         },
         engines: engines::Options { cycles: 200 },
+        languages: languages::Options { cycles: 100 },
         store_open: store_open::Options {
             opens: 100,
             folds: 5,
@@ -141,6 +149,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--host-local-module" => args.paths.host_local_module = value.into(),
             "--probe-module" => args.paths.probe_module = value.into(),
             "--host-local" => args.paths.host_local = value.into(),
+            "--static-go-module" => args.paths.static_go_module = value.into(),
+            "--static-py-module" => args.paths.static_py_module = value.into(),
+            "--language-cycles" => args.languages.cycles = count(value)?,
             "--cycles" => args.latency.cycles = count(value)?,
             "--cold-calls" => args.latency.cold_calls = count(value)?,
             "--herd-sizes" => args.herd.sizes = counts(value)?,
@@ -171,6 +182,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
     let started = Instant::now();
     let section = match name {
         "latency" => latency::run(&args.paths, &args.latency),
+        "languages" => languages::run(&args.paths, &args.languages),
         "herd" => herd::run(&args.paths, &args.herd),
         "etcd-herd" => etcd_herd::run(&args.paths, &args.etcd_herd),
         "etcd-churn" => etcd_churn::run(&args.paths, &args.etcd_churn),

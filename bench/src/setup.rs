@@ -27,6 +27,10 @@ pub struct Paths {
     pub probe_module: PathBuf,
     /// `examples/cluster-pool`, for the herds on the etcd store.
     pub cluster_pool_module: PathBuf,
+    /// `examples/static-go` (built by `guest-go/build.sh`) and `examples/static-py`
+    /// (by its `build.sh`; optional), for the modules in other languages.
+    pub static_go_module: PathBuf,
+    pub static_py_module: PathBuf,
     /// The reference peer, Debian's host-local.
     pub host_local: PathBuf,
     /// The model of Calico's old DEL (timer before the lock).
@@ -50,6 +54,8 @@ impl Paths {
             host_local_module: modules.join("host_local.wasm"),
             probe_module: modules.join("probe.wasm"),
             cluster_pool_module: modules.join("cluster_pool.wasm"),
+            static_go_module: workspace.join("target/modules/go/static_go.wasm"),
+            static_py_module: workspace.join("target/modules/bench/static_py.wasm"),
             host_local: PathBuf::from("/usr/lib/cni/host-local"),
             prefix_del: here.join("prefix_del"),
             postfix_del: here.join("postfix_del"),
@@ -63,6 +69,7 @@ impl Paths {
             &self.host_local_module,
             &self.probe_module,
             &self.cluster_pool_module,
+            &self.static_go_module,
             &self.host_local,
             &self.prefix_del,
             &self.postfix_del,

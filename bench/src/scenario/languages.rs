@@ -1,0 +1,172 @@
+//! Modules in three languages through the same wasm-ipam: a warm ADD+DEL cycle of
+//! `examples/host-local` (Rust), `examples/static-go` (Go, on `guest-go/`) and, when
+//! built, `examples/static-py` (Python, componentize-py), their cycles interleaved so
+//! they share the machine's noise; and the Go module's first call, which compiles it.
+
+use super::{Peer, warm_cache};
+use crate::invocations;
+use crate::process::{Finished, Runner};
+use crate::report::{Section, Target, table};
+use crate::setup::{Node, Paths, TempDir};
+use crate::stats::{Samples, ms, ratio};
+use serde_json::{Value, json};
+use std::io;
+
+pub struct Options {
+    /// Measured ADD+DEL cycles per module.
+    pub cycles: usize,
+}
+
+/// The Go module's warm cycle must take at most this multiple of the Rust module's.
+const GO_RATIO_TARGET: f64 = 1.5;
+/// The Go module's first call (compiling it) must take less than this.
+const GO_COLD_TARGET_MS: f64 = 1000.0;
+const WARMUP_CYCLES: usize = 3;
+const COLD_CALLS: usize = 5;
+
+/// `extra`'s keys over `base`'s.
+fn merged(mut base: Value, extra: Value) -> Value {
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        base[k] = v.clone();
+    }
+    base
+}
+
+/// The `ipam` keys a static module answers with, in network `10.<n>.0.0/24`.
+fn static_keys(n: u8) -> Value {
+    json!({"addresses": [{"address": format!("10.{n}.0.5/24"), "gateway": format!("10.{n}.0.1")}]})
+}
+
+pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
+    let mut modules = vec![
+        ("host-local (Rust)", paths.host_local_module.clone(), json!({})),
+        ("static-go (Go)", paths.static_go_module.clone(), static_keys(65)),
+    ];
+    if paths.static_py_module.exists() {
+        // The Python component's size and compile time need more than the defaults
+        // (examples/static-py/README.md).
+        let limits = json!({"moduleMaxMiB": 32, "compileTimeoutSeconds": 300});
+        modules.push((
+            "static-py (Python)",
+            paths.static_py_module.clone(),
+            merged(static_keys(66), limits),
+        ));
+    }
+    let mut caches = Vec::new();
+    let mut nodes = Vec::new();
+    let mut peers = Vec::new();
+    for (name, module, extra) in &modules {
+        let cache = warm_cache(&paths.wasm_ipam, module, extra.clone())?;
+        let node = Node::new("languages")?;
+        peers.push(Peer {
+            name,
+            plugin: paths.wasm_ipam.clone(),
+            netconf: node.wasm_ipam_netconf(module, cache.path(), extra.clone()),
+            log: Some(node.log_file()),
+        });
+        caches.push(cache);
+        nodes.push(node);
+    }
+    let mut runner = Runner::new();
+    let mut cycles: Vec<Vec<f64>> = vec![Vec::new(); peers.len()];
+    let mut failures = 0;
+    for i in 0..WARMUP_CYCLES + opts.cycles {
+        let id = format!("cycle-{i}");
+        // Rotate who goes first, so none always follows another's exit.
+        for k in 0..peers.len() {
+            let p = (i + k) % peers.len();
+            let add = runner.run(&peers[p].call("ADD", &id))?;
+            let del = runner.run(&peers[p].call("DEL", &id))?;
+            failures += usize::from(!add.success) + usize::from(!del.success);
+            if i >= WARMUP_CYCLES {
+                cycles[p].push(Finished::ms(&add) + Finished::ms(&del));
+            }
+        }
+    }
+    let go_log = invocations::read(&nodes[1].log_file());
+    let go_adds: Vec<_> = go_log.iter().filter(|l| l.command == "ADD").skip(WARMUP_CYCLES).collect();
+
+    let mut cold = Vec::new();
+    let mut cold_load = Vec::new();
+    for i in 0..COLD_CALLS {
+        let cache = TempDir::new("languages-cold-cache")?;
+        let node = Node::new("languages-cold")?;
+        let peer = Peer {
+            name: "static-go (Go)",
+            plugin: paths.wasm_ipam.clone(),
+            netconf: node.wasm_ipam_netconf(&paths.static_go_module, cache.path(), static_keys(67)),
+            log: Some(node.log_file()),
+        };
+        let done = runner.run(&peer.call("ADD", &format!("cold-{i}")))?;
+        failures += usize::from(!done.success);
+        cold.push(done.ms());
+        cold_load.extend(invocations::read(&node.log_file()).iter().map(|l| l.load_ms));
+    }
+    if failures > 0 {
+        return Err(io::Error::other(format!("{failures} calls of the languages scenario failed")));
+    }
+
+    let medians: Vec<f64> = cycles.iter().map(|c| Samples::new(c.clone()).median()).collect();
+    let rows: Vec<Vec<String>> = peers
+        .iter()
+        .zip(&cycles)
+        .zip(&medians)
+        .map(|((peer, samples), median)| {
+            let samples = Samples::new(samples.clone());
+            vec![
+                peer.name.to_string(),
+                ms(*median),
+                ms(samples.percentile(0.9)),
+                ratio(*median, medians[0]),
+            ]
+        })
+        .collect();
+    let split = |figure: fn(&invocations::Invocation) -> f64| {
+        ms(Samples::new(go_adds.iter().map(|l| figure(l)).collect()).median())
+    };
+    let cold_median = Samples::new(cold).median();
+    let mut body = format!(
+        "{} warm ADD+DEL cycles per module after {WARMUP_CYCLES} unmeasured, each from a \
+         warm compiled-module cache, interleaved; spawn to exit of both calls.\n\n",
+        opts.cycles
+    );
+    body += &table(&["module", "cycle p50", "cycle p90", "vs Rust"], &rows);
+    if !paths.static_py_module.exists() {
+        body += &format!(
+            "\nstatic-py was not measured: {} was not built (componentize-py not on the PATH).\n",
+            paths.static_py_module.display()
+        );
+    }
+    body += &format!(
+        "\nstatic-go's warm ADD: {} before the lock (`load_ms`), {} from the grant to the \
+         guest's return (`budget_used_ms`: instantiating the component, the Go runtime's \
+         `_initialize`, the handler), {} in all (`total_ms`).\n\nIts first call, compiling \
+         the component into an empty cache: {} (`load_ms` {}), median of {COLD_CALLS}.\n",
+        split(|l| l.load_ms),
+        split(|l| l.budget_used_ms),
+        split(|l| l.total_ms),
+        ms(cold_median),
+        ms(Samples::new(cold_load).median()),
+    );
+    let go_ratio = medians[1] / medians[0];
+    Ok(Section {
+        title: "Modules in Go and Python".into(),
+        body,
+        targets: vec![
+            Target {
+                name: "static-go warm cycle vs the Rust module's".into(),
+                goal: format!("≤ {GO_RATIO_TARGET}×"),
+                measured: ratio(medians[1], medians[0]),
+                pass: go_ratio <= GO_RATIO_TARGET,
+                miss: format!("{} of the target", ratio(go_ratio, GO_RATIO_TARGET)),
+            },
+            Target {
+                name: "static-go first call (compile)".into(),
+                goal: format!("< {}", ms(GO_COLD_TARGET_MS)),
+                measured: ms(cold_median),
+                pass: cold_median < GO_COLD_TARGET_MS,
+                miss: format!("{} of the target", ratio(cold_median, GO_COLD_TARGET_MS)),
+            },
+        ],
+    })
+}
