@@ -328,6 +328,9 @@ fn go_packages_are_formatted_vetted_and_their_unit_tests_pass() {
             .env("GOOS", "wasip1")
             .env("GOARCH", "wasm");
         run_ok(vet, &format!("GOOS=wasip1 go vet in {package}"));
+        if package == "tests/modules/probe-go" {
+            continue; // a test module: what it does is the integration suite's to test
+        }
         let mut test = go(&dir);
         test.args(["test", "-count=1", "./..."]);
         let out = run_ok(test, &format!("go test in {package}"));
@@ -480,8 +483,9 @@ fn gc_hands_the_valid_attachments_over_and_errors_come_back_whole() {
     let long = "m".repeat(900);
     for command in ["ADD", "DEL", "CHECK", "GC", "STATUS"] {
         let error = json!({"code": 142, "msg": long, "details": "the probe's details"});
-        let reply =
-            Call::new(command, "c1").run(&probe_conf(&node, "1.1.0", json!({"error": error})));
+        let mut conf = probe_conf(&node, "1.1.0", json!({"error": error}));
+        conf["cni.dev/valid-attachments"] = json!([]);
+        let reply = Call::new(command, "c1").run(&conf);
         assert_eq!(reply.error_code(), 142, "{command}");
         assert_eq!(reply.msg(), long, "{command}");
         assert_eq!(
