@@ -42,14 +42,9 @@ WIT
   go build -buildmode=c-shared -trimpath -o "$work/core.wasm" .)
 wasm-tools component embed "$work/wit" --world go-handler "$work/core.wasm" -o "$work/embedded.wasm"
 mkdir -p "$(dirname "$out")"
-# --realloc-via-memory-grow: the adapter allocates its state on its first WASI call,
-# which the Go runtime makes inside `_initialize`, before a Go `cabi_realloc` can run
-# (without it every call traps: out of bounds memory access). KNOWN ISSUE, open: Go's
-# allocator assumes it alone grows memory (runtime/mem_wasm.go's sbrk), so the heap
-# can grow over the adapter's page: examples/static-go then trips the adapter's
-# assertion (code 102, "assertion failed at adapter line 2857"); tests/modules/probe-go
-# runs. The fix is an adapter allocator outside Go's heap (guest-go/README.md).
-wasm-tools component new "$work/embedded.wasm" --realloc-via-memory-grow \
+# The adapter's own memory comes from the SDK's `cabi_realloc_adapter`, a static arena
+# outside Go's heap (adapter_wasip1.go says why not `--realloc-via-memory-grow`).
+wasm-tools component new "$work/embedded.wasm" \
   --adapt "wasi_snapshot_preview1=$sdk/adapter/wasi_snapshot_preview1.reactor.wasm" \
   -o "$out.partial"
 mv "$out.partial" "$out"
