@@ -47,6 +47,7 @@ mod codes;
 mod conf;
 mod reserve;
 mod select;
+mod upkeep;
 mod usage;
 
 use blocks::Range;
@@ -64,6 +65,8 @@ use wasm_ipam_guest::*;
 /// The most other nodes' blocks one borrow reads: each read is a compare in the
 /// commit, which etcd caps (`maxTxnOps`, 128 by default).
 const MAX_BORROW_READS: usize = 32;
+/// What an ADD still writes once it has borrowed: its attachment and its use rows.
+const OWN_WRITES_AFTER_BORROW: usize = 8;
 /// A route's scope as `ip route` numbers "link".
 const LINK_SCOPE: u8 = 253;
 
@@ -211,26 +214,42 @@ impl<S: Store> Call<'_, S> {
         Ok(kept)
     }
 
-    /// Takes the first free address of `block_net` (after sweeping it) for `holder`;
-    /// `None` when the block is full or no longer there. Shared by a node's own blocks
-    /// and the blocks it borrows from.
+    /// Takes the first free address of `block_net` for `holder` (else one kept for a
+    /// sticky pod past its time); `None` when the block is full or no longer there.
+    /// Shared by a node's own blocks and the blocks it borrows from. `owner`, when given, must be the block's node (a block listed as this node's
+    /// may have been handed to another by `release-node`).
     fn take_free(
         &mut self,
         range: &Range,
         block_net: IpNet,
         holder: &Holder,
+        owner: Option<&str>,
     ) -> Result<Option<IpAddr>, Error> {
         let key = block_key(block_net);
         let Some(mut block) = read::<Block>(self.store, &key)? else {
             return Ok(None);
         };
-        self.sweep(&mut block)?;
-        let kept = self.kept(range)?;
-        let Some(ip) = range
-            .addresses(block_net)
-            .find(|a| !block.ips.contains_key(a) && !kept.contains(*a))
-        else {
+        if owner.is_some_and(|node| node != block.node) {
             return Ok(None);
+        }
+        let kept = self.kept(range)?;
+        let free = range
+            .addresses(block_net)
+            .find(|a| !block.ips.contains_key(a) && !kept.contains(*a));
+        let ip = match free {
+            Some(ip) => ip,
+            // An address kept for a sticky pod past its time: taking it back is this
+            // call's own work; sweeping the others is upkeep's.
+            None => {
+                let now = self.now;
+                let Some(ip) = range.addresses(block_net).find(|a| {
+                    !kept.contains(*a) && block.ips.get(a).is_some_and(|h| h.expired(now))
+                }) else {
+                    return Ok(None);
+                };
+                self.drop_hold(&mut block, ip)?;
+                ip
+            }
         };
         block.ips.insert(ip, holder.clone());
         block.empty_since = None;
@@ -238,37 +257,59 @@ impl<S: Store> Call<'_, S> {
         Ok(Some(ip))
     }
 
-    /// Drops a block's expired sticky holds (and their pods' records).
-    fn sweep(&mut self, block: &mut Block) -> Result<(), Error> {
-        let now = self.now;
-        let expired: Vec<(IpAddr, Option<String>)> = block
-            .ips
-            .iter()
-            .filter(|(_, h)| h.held_until.is_some_and(|t| t < now))
-            .map(|(ip, h)| (*ip, h.identity.clone()))
-            .collect();
-        for (ip, identity) in expired {
-            block.ips.remove(&ip);
-            if let Some(identity) = identity {
-                let key = sticky_key(&identity);
-                if read::<Sticky>(self.store, &key)?.is_some_and(|s| s.until < now) {
-                    self.store.delete(&key)?;
-                }
-            }
-        }
+    /// Drops the hold on `ip` of `block`, kept for a sticky pod, and, if the pod's
+    /// record has run out too, the record and the pod's holds on its other addresses
+    /// (its other family's block): one pod's record and one more block in the commit.
+    /// The caller writes `block`.
+    fn drop_hold(&mut self, block: &mut Block, ip: IpAddr) -> Result<(), Error> {
+        let Some(holder) = block.ips.remove(&ip) else {
+            return Ok(());
+        };
         if block.ips.is_empty() && block.empty_since.is_none() {
-            block.empty_since = Some(now);
+            block.empty_since = Some(self.now);
+        }
+        let Some(identity) = holder.identity else {
+            return Ok(());
+        };
+        let key = sticky_key(&identity);
+        let Some(sticky) = read::<Sticky>(self.store, &key)?.filter(|s| s.until < self.now) else {
+            return Ok(());
+        };
+        self.store.delete(&key)?;
+        for other in sticky.ips.into_iter().filter(|other| *other != ip) {
+            let Some(other_net) = self.conf.range_of(other).and_then(|r| r.block_of(other)) else {
+                continue;
+            };
+            let other_key = block_key(other_net);
+            let Some(mut other_block) = read::<Block>(self.store, &other_key)? else {
+                continue;
+            };
+            let kept_for_pod = other_block.ips.get(&other).is_some_and(|h| {
+                h.expired(self.now) && h.identity.as_deref() == Some(identity.as_str())
+            });
+            if kept_for_pod {
+                other_block.ips.remove(&other);
+                if other_block.ips.is_empty() && other_block.empty_since.is_none() {
+                    other_block.empty_since = Some(self.now);
+                }
+                write(self.store, &other_key, &other_block)?;
+            }
         }
         Ok(())
     }
 
     /// This node's blocks of `pool`. Its blocks of every range are one listing, read
     /// once per call until the call claims or frees one.
+    ///
+    /// The listing is a peek: it is not checked at the commit, so a node with many
+    /// blocks does not spend a compare on each. It only says where to look: every
+    /// block used is read (and checked) itself, and its record's `node` decides
+    /// whose it is. Only this node's calls, under its lock, add to its list.
     fn my_blocks(&mut self, pool: &Range) -> Vec<IpNet> {
         let mine = self.mine.get_or_insert_with(|| {
             let prefix = aff_prefix(self.node);
             self.store
-                .list(&prefix)
+                .peek(&prefix)
                 .into_iter()
                 .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
                 .collect()
@@ -290,7 +331,7 @@ impl<S: Store> Call<'_, S> {
     ) -> Result<(IpAddr, bool), Error> {
         let mine = self.my_blocks(range);
         for &block_net in &mine {
-            if let Some(ip) = self.take_free(range, block_net, holder)? {
+            if let Some(ip) = self.take_free(range, block_net, holder, Some(self.node))? {
                 return Ok((ip, false));
             }
         }
@@ -359,9 +400,11 @@ impl<S: Store> Call<'_, S> {
             return Ok(None);
         }
         let start = (range.start_for(self.node) % claimed.len() as u128) as usize;
-        let tries = claimed.len().min(MAX_BORROW_READS);
+        // Each block read is a key of the commit: leave room for the call's writes.
+        let room = self.room().saturating_sub(OWN_WRITES_AFTER_BORROW);
+        let tries = claimed.len().min(MAX_BORROW_READS).min(room);
         for block_net in (0..tries).map(|i| claimed[(start + i) % claimed.len()]) {
-            if let Some(ip) = self.take_free(range, block_net, holder)? {
+            if let Some(ip) = self.take_free(range, block_net, holder, None)? {
                 return Ok(Some(ip));
             }
         }
@@ -444,7 +487,9 @@ impl<S: Store> Call<'_, S> {
                 }
             }
         };
-        self.sweep(&mut block)?;
+        if block.ips.get(&ip).is_some_and(|h| h.expired(self.now)) {
+            self.drop_hold(&mut block, ip)?;
+        }
         if let Some(other) = block.ips.get(&ip) {
             return Err(Error::new(
                 code::MODULE_SPECIFIC,
@@ -498,12 +543,15 @@ impl<S: Store> Call<'_, S> {
         Ok(back)
     }
 
-    /// Releases one attachment's addresses (kept for its pod when sticky), then frees
-    /// this node's blocks that have been empty past the grace period.
-    fn release(&mut self, id: &str, ifname: &str) -> Result<Vec<IpAddr>, Error> {
-        let released = self.release_attachment(id, ifname)?;
-        self.free_idle_blocks()?;
-        Ok(released)
+    /// What [`Call::account`] may write: each watched range's use row and warning.
+    fn account_keys(&self) -> usize {
+        2 * self
+            .conf
+            .pools
+            .iter()
+            .filter(|p| p.warn_percent.is_some())
+            .map(|p| p.ranges.len())
+            .sum::<usize>()
     }
 
     /// Publishes this node's use of the ranges `ips` fall in and logs the warnings it
@@ -554,7 +602,9 @@ impl<S: Store> Call<'_, S> {
                         block.ips.remove(ip);
                     }
                 }
-                self.sweep(&mut block)?;
+                if block.ips.is_empty() && block.empty_since.is_none() {
+                    block.empty_since = Some(self.now);
+                }
                 write(self.store, &block_key, &block)?;
             }
             if let Some(identity) = &keep {
@@ -569,32 +619,6 @@ impl<S: Store> Call<'_, S> {
         Ok(released)
     }
 
-    /// Frees this node's blocks that hold nothing and have held nothing for the grace.
-    fn free_idle_blocks(&mut self) -> Result<(), Error> {
-        for pool in self.conf.ranges() {
-            for block_net in self.my_blocks(pool) {
-                let key = block_key(block_net);
-                let Some(mut block) = read::<Block>(self.store, &key)? else {
-                    continue;
-                };
-                let (held, empty_since) = (block.ips.len(), block.empty_since);
-                self.sweep(&mut block)?;
-                let idle = block.ips.is_empty()
-                    && block
-                        .empty_since
-                        .is_some_and(|t| self.now >= t.saturating_add(self.conf.grace));
-                if idle {
-                    self.free_block(pool, block_net)?;
-                } else if (held, empty_since) != (block.ips.len(), block.empty_since) {
-                    // Expired sticky holds went: the block's grace starts now, not at
-                    // each later look.
-                    write(self.store, &key, &block)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Frees one of this node's blocks: its record, its affinity, its place in the pool.
     fn free_block(&mut self, pool: &Range, block_net: IpNet) -> Result<(), Error> {
         self.mine = None;
@@ -607,25 +631,33 @@ impl<S: Store> Call<'_, S> {
         write(self.store, &pool_key, &claimed)
     }
 
-    /// Releases everything of this call's node, a node that is gone: each attachment as
-    /// its DEL would (sticky addresses kept for their pods), then each of its blocks at
-    /// once, without the grace. A block that still holds addresses (another node's pod
-    /// borrowed one, or one is kept for a sticky pod) cannot be freed; it is handed to
-    /// `heir`, the live node the operator runs on, whose own grace rule frees it once
-    /// it is empty.
+    /// Releases what one transaction holds of this call's node, a node that is gone:
+    /// each attachment as its DEL would (sticky addresses kept for their pods), then
+    /// each of its blocks at once, without the grace. A block that still holds
+    /// addresses (another node's pod borrowed one, or one is kept for a sticky pod)
+    /// cannot be freed; it is handed to `heir`, the live node the operator runs on,
+    /// whose own upkeep frees it once it is empty. What does not fit the transaction
+    /// (`commit-room`) is left for the host's next batch; the node's published use
+    /// goes with its last.
     fn release_node(&mut self, heir: &str) -> Result<ReleaseReport, Error> {
         let mut report = ReleaseReport::default();
         let prefix = format!("own/{}/", self.node);
+        // A peek: each attachment released is read (and checked) by its release.
         let attachments: Vec<(String, String)> = self
             .store
-            .list(&prefix)
+            .peek(&prefix)
             .into_iter()
             .filter_map(|(key, _)| {
                 let (id, ifname) = key[prefix.len()..].split_once('/')?;
                 Some((id.to_string(), ifname.to_string()))
             })
             .collect();
+        let mut left = false;
         for (id, ifname) in attachments {
+            if self.room() < upkeep::ATTACHMENT_KEYS {
+                left = true;
+                break;
+            }
             for ip in self.release_attachment(&id, &ifname)? {
                 report.addresses.push(ReleasedAddress {
                     address: ip.to_string(),
@@ -634,37 +666,58 @@ impl<S: Store> Call<'_, S> {
                 });
             }
         }
-        for pool in self.conf.ranges() {
-            for block_net in self.my_blocks(pool) {
-                let key = block_key(block_net);
-                let Some(mut block) = read::<Block>(self.store, &key)? else {
-                    continue;
-                };
-                self.sweep(&mut block)?;
-                if block.ips.is_empty() {
-                    self.free_block(pool, block_net)?;
-                    report.blocks.push(block_net.to_string());
-                    continue;
-                }
-                let kept = block
-                    .ips
-                    .values()
-                    .filter(|h| h.held_until.is_some())
-                    .count();
-                report.notes.push(format!(
-                    "block {block_net} is handed to node {heir}, not freed: it holds {} address(es) of other nodes' pods and {kept} kept for sticky pods; {heir} frees it once it is empty",
-                    block.ips.len() - kept,
-                ));
-                block.node = heir.to_string();
-                write(self.store, &key, &block)?;
-                self.mine = None;
-                self.store
-                    .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
-                self.store
-                    .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
+        let ranges: Vec<Range> = self.conf.ranges().cloned().collect();
+        let mut blocks: Vec<(Range, IpNet)> = Vec::new();
+        for range in ranges {
+            for block in self.my_blocks(&range) {
+                blocks.push((range.clone(), block));
             }
         }
-        usage::forget(self.store, self.conf, self.node)?;
+        for (pool, block_net) in blocks {
+            if left || self.room() < upkeep::BLOCK_KEYS {
+                left = true;
+                break;
+            }
+            let key = block_key(block_net);
+            let Some(mut block) = read::<Block>(self.store, &key)? else {
+                continue;
+            };
+            if block.node != self.node {
+                continue;
+            }
+            let swept = self.sweep(&mut block)?;
+            if swept.unfinished {
+                if swept.changed {
+                    write(self.store, &key, &block)?;
+                }
+                left = true;
+                break;
+            }
+            if block.ips.is_empty() {
+                self.free_block(&pool, block_net)?;
+                report.blocks.push(block_net.to_string());
+                continue;
+            }
+            let kept = block
+                .ips
+                .values()
+                .filter(|h| h.held_until.is_some())
+                .count();
+            report.notes.push(format!(
+                "block {block_net} is handed to node {heir}, not freed: it holds {} address(es) of other nodes' pods and {kept} kept for sticky pods; {heir} frees it once it is empty",
+                block.ips.len() - kept,
+            ));
+            block.node = heir.to_string();
+            write(self.store, &key, &block)?;
+            self.mine = None;
+            self.store
+                .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
+            self.store
+                .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
+        }
+        if !left {
+            usage::forget(self.store, self.conf, self.node)?;
+        }
         Ok(report)
     }
 }
@@ -763,8 +816,9 @@ impl IpamModule for ClusterPool {
         let conf = Conf::of(request)?;
         let now = request.lock_granted_at().seconds;
         let mut call = Call::new(store, &conf, request.node_name(), now);
-        let released = call.release(request.container_id(), request.ifname())?;
-        call.account(&released)
+        let released = call.release_attachment(request.container_id(), request.ifname())?;
+        call.account(&released)?;
+        call.upkeep(upkeep::start_for(request.container_id(), now))
     }
 
     fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
@@ -786,13 +840,17 @@ impl IpamModule for ClusterPool {
         }
     }
 
-    /// Releases this node's attachments that are not valid (other nodes' are theirs).
+    /// Releases this node's attachments that are not valid (other nodes' are theirs),
+    /// as many as one transaction holds (`commit-room`): the host runs GC again while
+    /// a run fills its transaction.
     fn gc(request: &Request, valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
         let conf = Conf::of(request)?;
         let node = request.node_name();
+        let now = request.lock_granted_at().seconds;
         let prefix = format!("own/{node}/");
+        // A peek: each attachment released is read (and checked) by its release.
         let stale: Vec<(String, String)> = store
-            .list(&prefix)
+            .peek(&prefix)
             .into_iter()
             .filter_map(|(key, _)| {
                 let (id, ifname) = key[prefix.len()..].split_once('/')?;
@@ -802,13 +860,17 @@ impl IpamModule for ClusterPool {
                 (!valid).then(|| (id.to_string(), ifname.to_string()))
             })
             .collect();
-        let mut call = Call::new(store, &conf, node, request.lock_granted_at().seconds);
+        let mut call = Call::new(store, &conf, node, now);
+        let keep = call.account_keys();
         let mut released = Vec::new();
         for (id, ifname) in stale {
-            released.extend(call.release(&id, &ifname)?);
+            if call.room() < upkeep::ATTACHMENT_KEYS + keep {
+                break;
+            }
+            released.extend(call.release_attachment(&id, &ifname)?);
         }
-        call.free_idle_blocks()?;
-        call.account(&released)
+        call.account(&released)?;
+        call.upkeep(upkeep::start_for("", now))
     }
 
     /// Releases everything of `node`, a node removed from the cluster: its attachments
@@ -905,7 +967,7 @@ impl IpamModule for ClusterPool {
         let conf = operator_conf(context)?;
         let (range, net) = reserved_range(&conf, cidr)?;
         let now = context.now().seconds;
-        let held = usage::held_in(&*store, range, net, now)?;
+        let held = usage::held_in(&*store, range, net, now, usage::Read::Checked)?;
         if !held.is_empty() && !force {
             let shown: Vec<String> = held.iter().take(8).map(IpAddr::to_string).collect();
             return Err(Error::new(
@@ -963,7 +1025,13 @@ impl IpamModule for ClusterPool {
             true => store.delete(&key).map(drop)?,
             false => write(store, &key, &all)?,
         }
-        let held = usage::held_in(&*store, range, net, context.now().seconds)?;
+        let held = usage::held_in(
+            &*store,
+            range,
+            net,
+            context.now().seconds,
+            usage::Read::Peeked,
+        )?;
         Ok(Reservation::new(net, ended.note, ended.since).held(held))
     }
 
@@ -974,7 +1042,13 @@ impl IpamModule for ClusterPool {
         for range in conf.ranges() {
             let all = reserve::of(store, range)?;
             for (net, r) in all {
-                let held = usage::held_in(store, range, net, context.now().seconds)?;
+                let held = usage::held_in(
+                    store,
+                    range,
+                    net,
+                    context.now().seconds,
+                    usage::Read::Peeked,
+                )?;
                 out.push(Reservation::new(net, r.note, r.since).held(held));
             }
         }

@@ -59,11 +59,12 @@ pub fn account(
     if watched.is_empty() {
         return Ok(Vec::new());
     }
-    // This node's addresses per range, from its attachments (only its own calls write
-    // them, and they run one at a time).
+    // This node's addresses per range, from its attachments: a peek, as only its own
+    // calls write them, one at a time, and a node's hundreds of attachments must not
+    // each be a compare in the commit.
     let mut mine: BTreeMap<IpNet, u64> = BTreeMap::new();
     let prefix = format!("own/{node}/");
-    for (key, value) in store.list(&prefix) {
+    for (key, value) in store.peek(&prefix) {
         let own: Own = decode(&key, &value)?;
         for ip in own.ips {
             if let Some(range) = conf.range_of(ip) {
@@ -209,29 +210,53 @@ pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
 }
 
 /// The addresses of `net` (in `range`) held now, in use or kept for a sticky pod.
+/// `Read::Checked` reads each block the commit checks (for a decision, as reserve's
+/// "is any held"); `Read::Peeked` peeks every block in one listing, so a report over
+/// a range of any size costs the commit nothing (unreserve's).
 pub fn held_in(
     store: &impl Store,
     range: &Range,
     net: IpNet,
     now: u64,
+    how: Read,
 ) -> Result<Vec<IpAddr>, Error> {
-    let claimed: std::collections::BTreeSet<IpNet> =
-        read(store, &crate::pool_key(range))?.unwrap_or_default();
-    let mut held = Vec::new();
-    for block_net in claimed
-        .into_iter()
-        .filter(|b| b.contains(&net) || net.contains(b))
-    {
-        let Some(block) = read::<Block>(store, &crate::block_key(block_net))? else {
-            continue;
-        };
-        held.extend(
+    let overlaps = |b: &IpNet| range.cidr.contains(b) && (b.contains(&net) || net.contains(b));
+    let blocks: Vec<Block> = match how {
+        Read::Checked => {
+            let claimed: std::collections::BTreeSet<IpNet> =
+                read(store, &crate::pool_key(range))?.unwrap_or_default();
+            let mut blocks = Vec::new();
+            for block_net in claimed.into_iter().filter(overlaps) {
+                blocks.extend(read::<Block>(store, &crate::block_key(block_net))?);
+            }
+            blocks
+        }
+        Read::Peeked => store
+            .peek("blk/")
+            .into_iter()
+            .filter(|(k, _)| {
+                k["blk/".len()..]
+                    .parse::<IpNet>()
+                    .is_ok_and(|b| overlaps(&b))
+            })
+            .map(|(k, v)| decode(&k, &v))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(blocks
+        .iter()
+        .flat_map(|block| {
             block
                 .ips
                 .iter()
                 .filter(|(ip, h)| net.contains(*ip) && h.held_until.is_none_or(|t| t >= now))
-                .map(|(ip, _)| *ip),
-        );
-    }
-    Ok(held)
+                .map(|(ip, _)| *ip)
+        })
+        .collect())
+}
+
+/// How [`held_in`] reads.
+#[derive(Clone, Copy)]
+pub enum Read {
+    Checked,
+    Peeked,
 }

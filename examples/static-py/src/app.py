@@ -1,4 +1,4 @@
-"""The component's exports: `cni:ipam@0.2.3`'s handler, inspect, migrate, nodes and
+"""The component's exports: `cni:ipam@0.2.4`'s handler, inspect, migrate, nodes and
 capabilities, over the pure functions of `static_ipam`.
 
 static keeps no state, so this module never touches the store: DEL, GC and STATUS

@@ -11,6 +11,10 @@ use crate::module::instance::{Answer, Call, Work};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde_json::Value;
 
+/// The most runs one CNI GC makes of a module that fills its store's transaction each
+/// time: past it, the rest waits for the runtime's next GC.
+const MAX_GC_BATCHES: u32 = 100;
+
 /// What to print: the result (if any) or the error, tagged with the config's version.
 pub struct Reply {
     pub cni_version: String,
@@ -80,9 +84,20 @@ fn run(
         container_id: invocation.container_id.clone(),
         ifname: invocation.ifname.clone(),
     };
-    let mut ran = pipeline::run(&Network::of(&conf), &label, &caller::gone, |session| {
-        session.ask(work.clone(), Writes::Commit)
-    });
+    let network = Network::of(&conf);
+    let run = || {
+        pipeline::run(&network, &label, &caller::gone, |session| {
+            session.ask(work.clone(), Writes::Commit)
+        })
+    };
+    let mut ran = run();
+    // A GC that outgrows one transaction of the store goes in batches, each its own
+    // locked run (so the node's other calls go on between them) and each atomic.
+    let mut batches = 1;
+    while invocation.command == Command::Gc && ran.full && batches < MAX_GC_BATCHES {
+        ran = run();
+        batches += 1;
+    }
     // The process exits once it has answered.
     ran.leave_loaded_to_exit();
     match ran.result? {

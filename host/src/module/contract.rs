@@ -20,7 +20,7 @@ pub enum Contract {
 
 impl Contract {
     /// `wit/ipam.wit`: what the host's bindings, the SDK and the examples are built from.
-    pub const CURRENT: Contract = Contract::V0_2 { patch: 3 };
+    pub const CURRENT: Contract = Contract::V0_2 { patch: 4 };
 
     pub fn version(self) -> String {
         match self {
@@ -29,7 +29,7 @@ impl Contract {
         }
     }
 
-    /// `cni:ipam@0.2.3`.
+    /// `cni:ipam@0.2.4`.
     pub fn name(self) -> String {
         format!("cni:ipam@{}", self.version())
     }

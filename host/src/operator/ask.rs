@@ -161,6 +161,19 @@ impl Asked {
         notes: &mut Vec<String>,
         steps: impl Fn(&mut Session) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
+        self.run_batch(command, notes, steps)
+            .map(|batch| batch.answer)
+    }
+
+    /// [`Asked::run`], saying whether the run's commit filled the store's
+    /// transaction ([`pipeline::Ran::full`]): the module may have left work for
+    /// another run.
+    pub fn run_batch<T>(
+        &self,
+        command: &str,
+        notes: &mut Vec<String>,
+        steps: impl Fn(&mut Session) -> Result<T, CniError>,
+    ) -> Result<Batch<T>, CniError> {
         let ran = pipeline::run(&self.settings, &Label::operator(command), &|| false, steps);
         if let Some(now) = &ran.sha256
             && !self.served_by.sha256.is_empty()
@@ -173,7 +186,10 @@ impl Asked {
                 self.served_by.sha256,
             ));
         }
-        ran.result.map_err(|e| in_network(&self.network, e))
+        let full = ran.full;
+        ran.result
+            .map(|answer| Batch { answer, full })
+            .map_err(|e| in_network(&self.network, e))
     }
 
     /// Asks the module `work` alone, read-only or committing its writes.
@@ -186,6 +202,12 @@ impl Asked {
     ) -> Result<Answer, CniError> {
         self.run(command, notes, |session| session.ask(work.clone(), writes))
     }
+}
+
+/// One run's answer, and whether its commit filled the store's transaction.
+pub struct Batch<T> {
+    pub answer: T,
+    pub full: bool,
 }
 
 /// Each network's [`Asked`]; one whose record cannot be read or used is a note

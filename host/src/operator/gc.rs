@@ -14,7 +14,11 @@
 //! - on a store shared by nodes, only this node's allocations are candidates;
 //! - the host decides under the lock, in one hold with the release, and the module
 //!   releases through its own CNI GC export, told every other allocation is valid:
-//!   the host never edits a module's keys.
+//!   the host never edits a module's keys;
+//! - a release that outgrows one etcd transaction goes in batches: the module
+//!   releases what one holds (`store.commit-room`) and the host decides and runs
+//!   again while a batch fills its transaction, each batch atomic and the whole safe
+//!   to run again after a crash.
 
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Call, Work};
@@ -103,13 +107,36 @@ pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> 
     let asked_at = unix_now();
     let live = options.runtime.live(options.timeout)?;
     for (asked, held) in before {
-        match reconcile(&asked, &held, &live, asked_at, options, &mut out.notes) {
-            Ok(leaks) => out.leaks.extend(leaks),
-            Err(e) => {
-                out.notes.push(e.to_string());
-                out.unreconciled.insert(asked.network.clone());
+        let mut found: BTreeMap<(String, String, IpAddr), Leak> = BTreeMap::new();
+        loop {
+            match reconcile(&asked, &held, &live, asked_at, options, &mut out.notes) {
+                Ok((leaks, full)) => {
+                    let released = leaks.iter().filter(|l| l.released).count();
+                    for leak in leaks {
+                        let key = (leak.container_id.clone(), leak.ifname.clone(), leak.address);
+                        found.insert(key, leak);
+                    }
+                    // Another batch while this one filled its transaction and released.
+                    if !full || released == 0 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    out.notes.push(e.to_string());
+                    out.unreconciled.insert(asked.network.clone());
+                    break;
+                }
             }
         }
+        for leak in found.values().filter(|l| !l.released && !options.dry_run) {
+            out.notes.push(format!(
+                "network {}: the module kept {} (container {}) through its GC",
+                leak.network, leak.address, leak.container_id
+            ));
+        }
+        let mut leaks: Vec<Leak> = found.into_values().collect();
+        leaks.sort_by_key(|l| l.address);
+        out.leaks.extend(leaks);
     }
     Ok(out)
 }
@@ -142,7 +169,8 @@ fn holdings(asked: &Asked, notes: &mut Vec<String>) -> Result<Held, CniError> {
 }
 
 /// Under one hold of the lock: the allocations now, the leaks among them, and (unless
-/// a dry run) the module's GC keeping every other allocation.
+/// a dry run) the module's GC keeping every other allocation; and whether its commit
+/// filled the store's transaction.
 fn reconcile(
     asked: &Asked,
     held_before: &Held,
@@ -150,11 +178,11 @@ fn reconcile(
     asked_at: u64,
     options: &Options,
     notes: &mut Vec<String>,
-) -> Result<Vec<Leak>, CniError> {
+) -> Result<(Vec<Leak>, bool), CniError> {
     let context = Work::Allocations(asked.context());
     let node = asked.node_name();
     let request = asked.gc_request()?;
-    let mut leaks = asked.run("gc", notes, |session| {
+    let batch = asked.run_batch("gc", notes, |session| {
         let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnly)?);
         let records = by_container(session.attachments()?);
         let now = session.granted_unix();
@@ -203,13 +231,14 @@ fn reconcile(
         session.ask(Work::Handle(request.clone(), Call::Gc(valid)), Writes::Commit)?;
         Ok(leaks)
     })?;
+    let mut leaks = batch.answer;
     if !options.dry_run && !leaks.is_empty() {
         confirm_released(asked, &mut leaks, notes)?;
     }
-    Ok(leaks)
+    Ok((leaks, batch.full))
 }
 
-/// After the GC: which leaks the module released (it decides), each logged.
+/// After a GC batch: which leaks the module released (it decides), each logged.
 fn confirm_released(
     asked: &Asked,
     leaks: &mut [Leak],
@@ -233,11 +262,6 @@ fn confirm_released(
                 age_s = leak.age_seconds,
                 "released an address whose sandbox the runtime does not have"
             );
-        } else {
-            notes.push(format!(
-                "network {}: the module kept {} (container {}) through its GC",
-                leak.network, leak.address, leak.container_id
-            ));
         }
     }
     Ok(())

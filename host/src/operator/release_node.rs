@@ -12,6 +12,11 @@
 //!   release. If the node commits meanwhile, the module's reads of its keys conflict
 //!   in the commit, the attempt runs again and sees that call.
 //! - An embedded store is one node's own: there is no other node to release.
+//! - A node's release can outgrow one etcd transaction (`--max-txn-ops`): the module
+//!   releases what one holds (`store.commit-room`), and the host runs it again while a
+//!   run fills its transaction, each batch atomic, its liveness check made again,
+//!   and the whole safe to run again after a crash. A batch that fails leaves the
+//!   ones before it done, and the command says what they did.
 
 use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
@@ -64,21 +69,41 @@ pub fn release_node(
         true => Writes::ReadOnly,
         false => Writes::Commit,
     };
-    let report = asked.run("release-node", notes, |session| {
-        let now = session.granted_unix();
-        if !options.force
-            && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
-        {
-            return Err(refused);
+    let mut report = nodes::ReleaseReport {
+        addresses: Vec::new(),
+        blocks: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut batches = 0usize;
+    loop {
+        let batch = asked.run_batch("release-node", notes, |session| {
+            let now = session.granted_unix();
+            if !options.force
+                && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
+            {
+                return Err(refused);
+            }
+            match session.ask(work.clone(), writes)? {
+                Answer::Released(report) => Ok(report),
+                _ => Err(CniError::new(
+                    code::INTERNAL_ERROR,
+                    "the module answered release-node with something else (a bug)",
+                )),
+            }
+        });
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(e) if batches == 0 => return Err(e),
+            Err(e) => return Err(partial(e, &report, batches)),
+        };
+        batches += 1;
+        report.addresses.extend(batch.answer.addresses);
+        report.blocks.extend(batch.answer.blocks);
+        report.notes.extend(batch.answer.notes);
+        if !batch.full {
+            break;
         }
-        match session.ask(work.clone(), writes)? {
-            Answer::Released(report) => Ok(report),
-            _ => Err(CniError::new(
-                code::INTERNAL_ERROR,
-                "the module answered release-node with something else (a bug)",
-            )),
-        }
-    })?;
+    }
     if !options.dry_run {
         tracing::info!(
             target: "release-node",
@@ -86,10 +111,24 @@ pub fn release_node(
             node,
             addresses = report.addresses.len(),
             blocks = report.blocks.len(),
+            batches,
             "released a node that is gone"
         );
     }
     Ok(report)
+}
+
+/// A batch's failure after others committed: what those did, then why it stopped.
+fn partial(e: CniError, done: &nodes::ReleaseReport, batches: usize) -> CniError {
+    CniError {
+        msg: format!(
+            "{} after {batches} batch(es) had released {} address(es) and {} block(s); run release-node again to finish",
+            e.msg,
+            done.addresses.len(),
+            done.blocks.len()
+        ),
+        ..e
+    }
 }
 
 /// Why `node` may not be released now, from each node's last commit (Unix seconds):

@@ -79,7 +79,15 @@ pub struct Ran<T> {
     /// The engine and the module it loaded: freed with the `Ran`, unless the caller
     /// exits next ([`Ran::leave_loaded_to_exit`]).
     loaded: Option<Loaded>,
+    /// It committed, and its commit filled the store's transaction to within
+    /// [`FULL_MARGIN`] keys: a module that bounds its work by `commit-room` may have
+    /// left some for another run (gc and release-node run again while this holds).
+    pub full: bool,
 }
+
+/// How close to the store's transaction limit a commit must come to be
+/// [`Ran::full`]: more than any one unit of a module's bounded work needs.
+pub const FULL_MARGIN: u64 = 8;
 
 impl<T> Ran<T> {
     /// For a caller whose process exits once it has answered (a CNI call): the loaded
@@ -112,6 +120,7 @@ pub fn run<T>(
     let (result, loaded) = locked(network, caller_gone, &steps, &mut report);
     report::log(label, network, started, &report, result.as_ref().err());
     Ran {
+        full: result.is_ok() && report.guest.full,
         result,
         sha256: loaded.as_ref().map(|l| l.module.sha256.clone()),
         loaded,
@@ -351,6 +360,7 @@ impl Session<'_> {
     /// Writes the staged changes as one commit, with the record of the module serving
     /// the network, within the network's quota and before the deadline.
     fn commit(&mut self) -> Result<Written, CniError> {
+        self.report.full = false;
         if let Some(written) = self.forgotten.take() {
             return Ok(written);
         }
@@ -376,6 +386,9 @@ impl Session<'_> {
             entries: ipam.limits.store_entries,
             bytes: ipam.limits.store_bytes,
         };
+        self.report.full = store
+            .commit_room(&self.network.name, &changes)
+            .is_some_and(|room| room < FULL_MARGIN);
         let deadline = self.deadline;
         let written =
             store.commit_written(&self.network.name, &changes, quota, &|| deadline.expired());

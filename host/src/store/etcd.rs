@@ -495,6 +495,21 @@ impl Store for EtcdStore {
         Ok(())
     }
 
+    /// The commit's transaction holds a compare per key read (a changed key unread is
+    /// read at the commit), one per prefix listed and one on the node's usage row;
+    /// and a write per change, the usage row and the record of the serving module.
+    /// Counted as each distinct key once, each prefix once and two for the host's
+    /// own: never less than either count needs.
+    fn commit_room(&self, network: &str, staged: &Changes) -> Option<u64> {
+        let state = self.state.borrow();
+        let unread = staged
+            .keys()
+            .filter(|key| !state.reads.contains_key(&self.entry_key(network, key)))
+            .count();
+        let keys = state.reads.len() + unread + state.listed.len();
+        Some(self.max_txn_ops.saturating_sub(keys + 2) as u64)
+    }
+
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
         let all = format!("{}n/", self.prefix).into_bytes();
         let key = match network {

@@ -164,6 +164,13 @@ pub trait Store: Send {
         self.visit_prefix(network, prefix, visit)
     }
 
+    /// How many more distinct keys a call that has staged `staged` may read or write
+    /// before its commit exceeds what this store takes in one transaction
+    /// (`store.commit-room`); `None` when the store has no such limit.
+    fn commit_room(&self, _network: &str, _staged: &Changes) -> Option<u64> {
+        None
+    }
+
     /// Every entry of every network (or of `network` only), as (network, key, value).
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError>;
 

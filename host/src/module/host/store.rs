@@ -134,6 +134,19 @@ impl Host for GuestStore {
     fn peek_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
         self.listed(prefix, true)
     }
+
+    /// What the store's transaction still takes beside this call's reads and staged
+    /// writes; a read-only call commits nothing, so it has no limit to keep to.
+    fn commit_room(&mut self) -> wasmtime::Result<Option<u32>> {
+        self.check_deadline()?;
+        if self.read_only {
+            return Ok(None);
+        }
+        Ok(self
+            .store
+            .commit_room(&self.network, &self.staged)
+            .map(|room| u32::try_from(room).unwrap_or(u32::MAX)))
+    }
 }
 
 impl GuestStore {

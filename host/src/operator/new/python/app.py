@@ -1,4 +1,4 @@
-"""The component's exports (`cni:ipam@0.2.3`, wit/ipam.wit): each interface is a class
+"""The component's exports (`cni:ipam@0.2.4`, wit/ipam.wit): each interface is a class
 named after it, one method per function, over the pure logic of `ipam.py`. A method
 returns its value, or raises `Err` with a CNI error. `del` is `del_`, since `del` is a
 Python keyword. The host's store is passed to `ipam` as its store."""
