@@ -951,7 +951,7 @@ impl IpamModule for ClusterPool {
     /// block, with its node.
     fn usage(context: &Context, store: &impl Store) -> Result<Vec<PoolUsage>, Error> {
         match context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? {
-            Some(conf) => usage::rows(store, &conf),
+            Some(conf) => usage::rows(store, &conf, context.now().seconds),
             None => Ok(Vec::new()),
         }
     }

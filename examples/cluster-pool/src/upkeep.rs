@@ -309,4 +309,22 @@ mod tests {
         let sticky: Sticky = crate::read(&store, "sticky/web/p0").unwrap().unwrap();
         assert_eq!(sticky.until, 155);
     }
+
+    #[test]
+    fn stats_count_a_hold_past_its_time_as_free_before_upkeep_sweeps_it() {
+        use wasm_ipam_guest::{Context, UsageKind};
+        let store = churned(100);
+        let main_v4 = |now: u64| {
+            ClusterPool::usage(&Context::for_test("pods", Some(config())).with_now(now), &store)
+                .unwrap()
+                .into_iter()
+                .find(|r| r.kind == UsageKind::Pool && r.name == "pool main 10.0.0.0/16")
+                .unwrap()
+        };
+        let kept = main_v4(120);
+        assert_eq!((kept.in_use, kept.cooling_down), (0, 100));
+        let ran_out = main_v4(200);
+        assert_eq!((ran_out.in_use, ran_out.cooling_down), (0, 0));
+        assert_eq!(ran_out.free, Some(kept.free.unwrap() + 100));
+    }
 }

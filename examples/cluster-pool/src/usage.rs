@@ -127,14 +127,16 @@ struct Held {
     reserved_held: u64,
 }
 
-fn held(block: &Block, kept: &Kept) -> Held {
+/// Holds kept for sticky pods past their time are neither: upkeep sweeps them, and
+/// an ADD takes one back when its block has no other free address.
+fn held(block: &Block, kept: &Kept, now: u64) -> Held {
     let mut h = Held {
         in_use: 0,
         kept: 0,
         borrowed: 0,
         reserved_held: 0,
     };
-    for (ip, holder) in &block.ips {
+    for (ip, holder) in block.ips.iter().filter(|(_, h)| !h.expired(now)) {
         match holder.held_until.is_some() {
             true => h.kept += 1,
             false => h.in_use += 1,
@@ -155,7 +157,7 @@ fn to_u64(n: u128) -> u64 {
 
 /// The `usage` rows: one per range of each pool (the network's partition), then one
 /// per claimed block of it, with its node.
-pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
+pub fn rows(store: &impl Store, conf: &Conf, now: u64) -> Result<Vec<PoolUsage>, Error> {
     // One listing of every block (one store request), not a read per block.
     let mut blocks: Vec<(IpNet, Block)> = Vec::new();
     for (key, value) in store.list("blk/") {
@@ -174,7 +176,7 @@ pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
             let (mut in_use, mut cooling, mut borrowed, mut reserved_held) =
                 (0u64, 0u64, 0u64, 0u64);
             for (net, block) in blocks.iter().filter(|(net, _)| range.cidr.contains(net)) {
-                let h = held(block, &kept);
+                let h = held(block, &kept, now);
                 in_use += h.in_use;
                 cooling += h.kept;
                 borrowed += h.borrowed;
