@@ -10,6 +10,7 @@ mod contract;
 mod crash;
 mod deadline;
 mod etcd;
+mod etcd_outage;
 mod fair_lock;
 mod fuzz_corpus;
 mod harness;
