@@ -89,10 +89,10 @@ fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
     for (round, outage) in [Outage::Stopped, Outage::Frozen].into_iter().enumerate() {
         outage.begin(&mut etcd);
         let started = Instant::now();
-        let reply = Call::new("ADD", "lone").run(&conf);
+        let lone = Call::new("ADD", "lone").run(&conf);
         let took = started.elapsed();
-        assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
-        assert!(reply.msg().contains("timeoutSeconds (5 s)"), "{reply:?}");
+        assert_eq!(lone.error_code(), 11, "{outage:?}: {lone:?}");
+        assert!(lone.msg().contains("timeoutSeconds (5 s)"), "{lone:?}");
         assert!(took < DEFAULT_TIMEOUT + MARGIN, "{outage:?}: took {took:?}");
         let line = node.log_lines("invocation").pop().unwrap();
         let hold = line["lock_hold_ms"].as_f64().unwrap();
