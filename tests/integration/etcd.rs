@@ -143,6 +143,52 @@ impl Etcd {
         }
     }
 
+    /// Stops member `i` with SIGSTOP, as a frozen or partitioned member: the kernel
+    /// still accepts connections to it, and nothing answers them.
+    pub fn freeze(&mut self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    /// Lets a frozen member `i` run again (SIGCONT).
+    pub fn thaw(&mut self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, signal: libc::c_int) {
+        let child = self.members[i].child.as_ref().expect("member is running");
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) on our own child, which has not been waited for.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "signal {signal} to {pid}"
+        );
+    }
+
+    /// The index of the member that is the cluster's leader now.
+    pub fn leader(&self) -> usize {
+        let status: Value =
+            serde_json::from_str(&self.ctl(&["endpoint", "status", "-w", "json"])).unwrap();
+        let statuses = status.as_array().unwrap();
+        let leader = statuses[0]["Status"]["leader"].as_u64().unwrap();
+        let endpoint = statuses
+            .iter()
+            .find(|s| s["Status"]["header"]["member_id"].as_u64() == Some(leader))
+            .expect("the leader answers")["Endpoint"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.endpoints()
+            .iter()
+            .position(|e| *e == endpoint)
+            .unwrap()
+    }
+
+    /// Waits until every live member answers (after a thaw or an election).
+    pub fn wait_until_healthy(&self) {
+        self.wait_healthy();
+    }
+
     /// Starts member `i` again on its data and ports, and waits until it answers.
     pub fn restart(&mut self, i: usize) {
         self.spawn(i);

@@ -247,7 +247,10 @@ pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde
         // A call waits at most lockTimeoutSeconds for the lock, then runs at most
         // deadlineSeconds from the grant: 105 s in all, inside kubelet's 2-minute
         // runtime request timeout, so a call that cannot finish answers "try again
-        // later" while kubelet still listens instead of being cancelled.
+        // later" while kubelet still listens instead of being cancelled. The lock is
+        // the node's: a call of an etcd network that cannot reach etcd holds it
+        // about its store's timeoutSeconds (5 s by default) plus its start, so 60 s
+        // lets this network's calls through behind about ten of those.
         "deadlineSeconds": 45,
         "lockTimeoutSeconds": 60,
         "ranges": [[{ "subnet": install.subnet.to_string() }]],

@@ -113,7 +113,11 @@ pub fn run<T>(
 ) -> Ran<T> {
     if let Some(path) = &network.ipam.log_file {
         // A log that cannot be opened costs one line on stderr, never the answer.
-        logging::init(path, network.ipam.limits.log_rotation);
+        logging::init(
+            path,
+            network.ipam.limits.log_rotation,
+            network.ipam.log_level,
+        );
     }
     let started = Instant::now();
     let mut report = Report::default();
