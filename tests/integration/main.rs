@@ -10,7 +10,6 @@ mod contract;
 mod crash;
 mod deadline;
 mod etcd;
-mod etcd;
 mod etcd_outage;
 mod etcd_upkeep;
 mod fair_lock;
