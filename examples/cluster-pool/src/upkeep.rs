@@ -315,11 +315,14 @@ mod tests {
         use wasm_ipam_guest::{Context, UsageKind};
         let store = churned(100);
         let main_v4 = |now: u64| {
-            ClusterPool::usage(&Context::for_test("pods", Some(config())).with_now(now), &store)
-                .unwrap()
-                .into_iter()
-                .find(|r| r.kind == UsageKind::Pool && r.name == "pool main 10.0.0.0/16")
-                .unwrap()
+            ClusterPool::usage(
+                &Context::for_test("pods", Some(config())).with_now(now),
+                &store,
+            )
+            .unwrap()
+            .into_iter()
+            .find(|r| r.kind == UsageKind::Pool && r.name == "pool main 10.0.0.0/16")
+            .unwrap()
         };
         let kept = main_v4(120);
         assert_eq!((kept.in_use, kept.cooling_down), (0, 100));

@@ -570,9 +570,14 @@ impl Failure {
         use etcd_client::Error as E;
         match self {
             Failure::Etcd(E::TransportError(_) | E::IoError(_)) | Failure::NoAnswer(_) => true,
+            // tonic answers a try that ran past its own timeout (a frozen member)
+            // as Cancelled, "Timeout expired".
             Failure::Etcd(E::GRpcStatus(status)) => matches!(
                 status.code(),
-                tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Aborted
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Aborted
+                    | tonic::Code::Cancelled
             ),
             Failure::Etcd(_) | Failure::Budget(_) => false,
         }
