@@ -99,6 +99,15 @@ struct Holder {
     held_until: Option<u64>,
 }
 
+impl Block {
+    /// Records when it became empty, for the grace rule, if it just did.
+    fn note_if_empty(&mut self, now: u64) {
+        if self.ips.is_empty() && self.empty_since.is_none() {
+            self.empty_since = Some(now);
+        }
+    }
+}
+
 /// An attachment's addresses.
 #[derive(Serialize, Deserialize)]
 struct Own {
@@ -265,9 +274,7 @@ impl<S: Store> Call<'_, S> {
         let Some(holder) = block.ips.remove(&ip) else {
             return Ok(());
         };
-        if block.ips.is_empty() && block.empty_since.is_none() {
-            block.empty_since = Some(self.now);
-        }
+        block.note_if_empty(self.now);
         let Some(identity) = holder.identity else {
             return Ok(());
         };
@@ -289,9 +296,7 @@ impl<S: Store> Call<'_, S> {
             });
             if kept_for_pod {
                 other_block.ips.remove(&other);
-                if other_block.ips.is_empty() && other_block.empty_since.is_none() {
-                    other_block.empty_since = Some(self.now);
-                }
+                other_block.note_if_empty(self.now);
                 write(self.store, &other_key, &other_block)?;
             }
         }
@@ -602,9 +607,7 @@ impl<S: Store> Call<'_, S> {
                         block.ips.remove(ip);
                     }
                 }
-                if block.ips.is_empty() && block.empty_since.is_none() {
-                    block.empty_since = Some(self.now);
-                }
+                block.note_if_empty(self.now);
                 write(self.store, &block_key, &block)?;
             }
             if let Some(identity) = &keep {
