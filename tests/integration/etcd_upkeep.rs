@@ -1,7 +1,7 @@
 //! Upkeep and bulk work on the etcd store at the scale a node meets (issue: a node
 //! bricked by its own upkeep): a thousand sticky holds expiring together and fifty
 //! idle blocks must not fail a call under a small `maxTxnOps`, and must drain over
-//! later calls within the budget docs/cluster.md gives; CNI GC and release-node
+//! later calls within the budget docs/cluster.md gives; gc, CNI GC and release-node
 //! over a thousand allocations go in batches, each atomic, and finish when run again
 //! after a kill mid-way.
 //!
@@ -30,6 +30,10 @@ fn now() -> u64 {
 fn pools_ipam(max_txn_ops: u64, etcd: &Etcd, prefix: &str) -> (Value, Value) {
     let mut store = etcd.store(prefix);
     store["maxTxnOps"] = max_txn_ops.into();
+    // The node's request rate (50 a second by default, tested on its own) would only
+    // pace these runs of thousands of requests.
+    store["qps"] = 2000.into();
+    store["burst"] = 2000.into();
     let ipam = json!({
         "pools": [
             {"name": "main", "cidr": ["10.0.0.0/16", "fd00::/112"], "default": true, "warnPercent": 95},
@@ -270,7 +274,7 @@ fn kill_after_first_batch(node: &Node, command: &str, mut child: std::process::C
 }
 
 #[test]
-fn cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_finish_after_a_kill() {
+fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_finish_after_a_kill() {
     let etcd = Etcd::start(1);
     let node = Node::new();
 
@@ -301,6 +305,58 @@ fn cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_finish_
         .filter(|(command, outcome, _)| command == "GC" && outcome == "ok")
         .count();
     assert!(batches >= 3, "{batches} GC batches");
+
+    // `wasm-ipam gc` with a runtime that runs no pod at all.
+    let prefix = "/g2/";
+    let (ipam, store) = pools_ipam(128, &etcd, prefix);
+    Seed {
+        node: "node-c",
+        pods: 1000,
+        expired_at: None,
+        idle: 0,
+    }
+    .write(&etcd, prefix);
+    let conf_file = write_conf(
+        &node,
+        &node_conf(&node, "node-c", &cluster_pool_module(), &store, ipam),
+    );
+    let none = node.dir.path().join("no-pods");
+    std::fs::write(&none, "").unwrap();
+    let gc = |node: &Node| {
+        let mut cmd = std::process::Command::new(bin());
+        cmd.args(["gc", "--valid-from"])
+            .arg(&none)
+            .args(["--allow-empty", "--grace", "0s", "--json", "--netconf"])
+            .arg(&conf_file)
+            .arg("--lock-file")
+            .arg(node.lock_file())
+            .arg("--data-dir")
+            .arg(node.data_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd
+    };
+    kill_after_first_batch(&node, "gc", gc(&node).spawn().unwrap());
+    let left = count(&etcd, prefix, "own/node-c/");
+    assert!((1..1000).contains(&left), "{left} after a kill mid-way");
+    let out = gc(&node).output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout} {stderr}");
+    assert_eq!(count(&etcd, prefix, "own/node-c/"), 0, "{stderr}");
+    let leaks: Value = serde_json::from_str(&stdout).unwrap();
+    let leaks = leaks.as_array().expect("a list of leaks");
+    assert_eq!(
+        leaks.len(),
+        2 * left,
+        "the second run found the {left} attachments the first left (two families each)"
+    );
+    assert!(
+        leaks.iter().all(|l| l["released"] == true),
+        "every leak released: {stdout}"
+    );
 
     // release-node of a gone node, from a live one.
     let prefix = "/g3/";

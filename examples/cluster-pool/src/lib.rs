@@ -904,15 +904,15 @@ impl IpamModule for ClusterPool {
     fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
         let conf = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()?;
         let mut out = Vec::new();
-        for (key, _) in store.list("own/") {
+        // One listing with the values: a read per attachment would be a request
+        // each, paced by the node's etcd rate (`qps`).
+        for (key, value) in store.list("own/") {
             let mut parts = key["own/".len()..].splitn(3, '/');
             let (Some(node), Some(id), Some(ifname)) = (parts.next(), parts.next(), parts.next())
             else {
                 continue;
             };
-            let Some(own) = read::<Own>(store, &key)? else {
-                continue;
-            };
+            let own: Own = decode(&key, &value)?;
             for ip in own.ips {
                 let mut row = Allocation::new(ip, id, ifname)
                     .since(own.since)

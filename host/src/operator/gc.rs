@@ -183,7 +183,9 @@ fn reconcile(
     let node = asked.node_name();
     let request = asked.gc_request()?;
     let batch = asked.run_batch("gc", notes, |session| {
-        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnly)?);
+        // Unchecked: on etcd, one key per allocation would leave the module's GC no
+        // room in the transaction; the GC reads again each attachment it releases.
+        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::Unchecked)?);
         let records = by_container(session.attachments()?);
         let now = session.granted_unix();
         let facts = Facts {

@@ -68,6 +68,11 @@ pub const UNTIL_GRANTED: types::WallInstant = types::WallInstant {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writes {
     ReadOnly,
+    /// Read-only, and what it reads is left out of the attempt's commit (neither
+    /// compared nor counted against the store's transaction): for an answer the
+    /// writing ask reads again where it acts (gc's list of allocations: the module's
+    /// GC reads each one it releases).
+    Unchecked,
     Commit,
 }
 
@@ -314,9 +319,11 @@ impl Session<'_> {
             self.deadline,
             limits.host_memory,
         );
-        if writes == Writes::ReadOnly {
-            guest_store = guest_store.read_only();
-        }
+        guest_store = match writes {
+            Writes::ReadOnly => guest_store.read_only(),
+            Writes::Unchecked => guest_store.unchecked(),
+            Writes::Commit => guest_store,
+        };
         let state = GuestState::new(
             guest_store,
             self.deadline,

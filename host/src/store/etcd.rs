@@ -661,6 +661,12 @@ impl Store for EtcdStore {
 
     /// At the call's snapshot, like every read, but not recorded: the commit does not
     /// compare what a peek saw.
+    fn peek(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        let kvs = self.read("peek", self.entry_key(network, key), false)?;
+        Ok(kvs.first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// [`Store::peek`] for every key under `prefix`.
     fn peek_prefix(
         &self,
         network: &str,

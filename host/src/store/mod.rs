@@ -152,6 +152,12 @@ pub trait Store: Send {
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError>;
 
+    /// [`Store::get`] whose answer the commit does not check ([`Store::peek_prefix`]'s
+    /// rule for one key).
+    fn peek(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        self.get(network, key)
+    }
+
     /// [`Store::visit_prefix`] for figures that only inform (`store.peek-prefix`): a
     /// store that checks a call's reads at its commit leaves these out, so another
     /// writer's change to them does not make the call run again.
