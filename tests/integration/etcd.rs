@@ -968,6 +968,14 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     // A node cannot release itself.
     let (ok, _, stderr) = release_node(c, &confs[2], "node-c", &["--force"]);
     assert!(!ok && stderr.contains("runs as"), "{stderr}");
+    // A name no node ever called with (a typo) is an error, even with --force.
+    let (ok, _, stderr) = release_node(a, &confs[0], "node-9", &["--force"]);
+    assert!(
+        !ok && stderr.contains("code 7")
+            && stderr.contains("node node-9 has never committed to network testnet")
+            && stderr.contains("node-a, node-b, node-c"),
+        "{stderr}"
+    );
     assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
 
     // Node c stops. Once it has been quiet for the (small) window, a dry run says what

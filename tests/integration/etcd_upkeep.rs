@@ -132,9 +132,19 @@ impl Seed<'_> {
         out
     }
 
-    /// Writes the seed into `etcd` under `prefix`, a hundred keys a transaction.
+    /// Writes the seed into `etcd` under `prefix`, a hundred keys a transaction, with
+    /// the node's usage row as its commits would have left it (an hour ago).
     fn write(&self, etcd: &Etcd, prefix: &str) {
-        let entries = self.entries(now());
+        let mut entries: Vec<(String, String)> = self
+            .entries(now())
+            .into_iter()
+            .map(|(k, v)| (format!("e/{k}"), v))
+            .collect();
+        let bytes: usize = entries.iter().map(|(k, v)| k.len() - 2 + v.len()).sum();
+        entries.push((
+            format!("u/{}", self.node),
+            json!({"entries": entries.len(), "bytes": bytes, "last": now() - 3600}).to_string(),
+        ));
         let endpoints = etcd.endpoints();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -147,7 +157,7 @@ impl Seed<'_> {
                     .iter()
                     .map(|(k, v)| {
                         etcd_client::TxnOp::put(
-                            format!("{prefix}n/{NETWORK}/e/{k}"),
+                            format!("{prefix}n/{NETWORK}/{k}"),
                             v.as_bytes(),
                             None,
                         )

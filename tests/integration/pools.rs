@@ -481,6 +481,15 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         ok && out.contains("unreserved 10.84.0.96/28"),
         "{out}{stderr}"
     );
+    assert!(!held_now.is_empty());
+    for held in &held_now {
+        assert!(
+            out.contains(&format!(
+                "held    {held} is in use: its holder keeps it; once deleted, it is handed out again"
+            )),
+            "{out}"
+        );
+    }
     let asked = Call::new("ADD", "wants-vip")
         .env("CNI_ARGS", format!("IP={free}"))
         .run(&confs[1]);

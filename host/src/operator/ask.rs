@@ -230,6 +230,21 @@ pub fn asked_all(place: &Place, networks: Records) -> (Vec<Asked>, Vec<String>) 
 /// What a netconf file (a network configuration, or a conflist whose plugin runs
 /// wasm-ipam) says serves its network.
 pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
+    let conf = read_netconf(path)?;
+    Ok((
+        conf.name.clone(),
+        ServedBy {
+            module: conf.ipam.module.clone(),
+            sha256: String::new(),
+            contract: String::new(),
+            config: Some(conf.network_config()),
+        },
+    ))
+}
+
+/// A netconf or conflist file (its plugin with an `ipam.module`, given the list's
+/// name and version), parsed as a call would parse it.
+pub fn read_netconf(path: &Path) -> Result<NetConf, CniError> {
     let text = std::fs::read(path).map_err(|e| {
         CniError::new(code::IO_FAILURE, format!("cannot read {}", path.display())).with_details(e)
     })?;
@@ -253,17 +268,7 @@ pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
         }
         None => json,
     };
-    let text = json.to_string();
-    let conf = NetConf::parse(text.as_bytes())?;
-    Ok((
-        conf.name.clone(),
-        ServedBy {
-            module: conf.ipam.module.clone(),
-            sha256: String::new(),
-            contract: String::new(),
-            config: Some(conf.network_config()),
-        },
-    ))
+    NetConf::parse(json.to_string().as_bytes())
 }
 
 fn in_network(network: &str, e: CniError) -> CniError {

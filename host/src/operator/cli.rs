@@ -35,12 +35,14 @@ const LOCK_TIMEOUT_SECONDS: f64 = 30.0;
 
 #[derive(clap::Args)]
 struct StoreArgs {
-    /// The store's directory (the netconf's `ipam.dataDir`).
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
-    /// The host-wide lock (the netconf's `ipam.lockFile`).
-    #[arg(long, default_value = DEFAULT_LOCK_FILE)]
-    lock_file: PathBuf,
+    /// The store's directory [default: with --netconf, its `ipam.dataDir`; else
+    /// /var/lib/wasm-ipam]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The host-wide lock [default: with --netconf, its `ipam.lockFile`; else
+    /// /run/wasm-ipam.lock]
+    #[arg(long)]
+    lock_file: Option<PathBuf>,
     /// Give up if the lock is not granted within this many seconds.
     #[arg(long, default_value_t = LOCK_TIMEOUT_SECONDS)]
     lock_timeout: f64,
@@ -400,10 +402,29 @@ impl From<String> for Output {
 }
 
 impl StoreArgs {
+    /// The store and lock given, else the defaults.
     fn place(&self) -> Result<Place, CniError> {
+        self.place_for(None)
+    }
+
+    /// The store and lock given, else `netconf`'s (its `ipam.dataDir` and
+    /// `ipam.lockFile`, as a call with it would use), else the defaults.
+    fn place_for(&self, netconf: Option<&Path>) -> Result<Place, CniError> {
+        let ipam = netconf
+            .map(crate::operator::ask::read_netconf)
+            .transpose()?
+            .map(|conf| conf.ipam);
         Ok(Place {
-            data_dir: self.data_dir.clone(),
-            lock_file: self.lock_file.clone(),
+            data_dir: self
+                .data_dir
+                .clone()
+                .or_else(|| ipam.as_ref().map(|i| i.data_dir.clone()))
+                .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            lock_file: self
+                .lock_file
+                .clone()
+                .or_else(|| ipam.as_ref().map(|i| i.lock_file.clone()))
+                .unwrap_or_else(|| DEFAULT_LOCK_FILE.into()),
             lock_timeout: Duration::try_from_secs_f64(self.lock_timeout)
                 .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
         })
@@ -444,7 +465,7 @@ fn since(secs: u64) -> String {
 /// The network a netconf names, to ask its module on this node's store and lock.
 fn asked_by_netconf(netconf: &std::path::Path, store: &StoreArgs) -> Result<Asked, CniError> {
     let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
-    Asked::new(&network, served_by, &store.place()?)
+    Asked::new(&network, served_by, &store.place_for(Some(netconf))?)
 }
 
 /// `value` as pretty JSON ending in a newline.
@@ -500,7 +521,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             json,
             reservations,
         } => {
-            let place = store.place()?;
+            let place = store.place_for(netconf.as_deref())?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
             if reservations {
@@ -552,7 +573,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             valid_from,
             grace,
         } => {
-            let place = store.place()?;
+            let place = store.place_for(netconf.as_deref())?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
             // Only when the runtime is named: stats asks no runtime by default.
@@ -742,7 +763,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let mut notes = Vec::new();
             let made = reserve::reserve(&asked, net, &note, force, &mut notes)?;
             Ok(Output {
-                text: reserve::text(&network, "reserved", &made),
+                text: reserve::text(&network, reserve::Change::Reserved, &made),
                 notes,
                 failed: false,
             })
@@ -758,7 +779,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let mut notes = Vec::new();
             let ended = reserve::unreserve(&asked, net, &mut notes)?;
             Ok(Output {
-                text: reserve::text(&network, "unreserved", &ended),
+                text: reserve::text(&network, reserve::Change::Unreserved, &ended),
                 notes,
                 failed: false,
             })
@@ -860,7 +881,7 @@ fn leak_candidates(
 }
 
 fn gc(args: GcArgs) -> Result<Output, CniError> {
-    let place = args.store.place()?;
+    let place = args.store.place_for(args.netconf.as_deref())?;
     let runtime = Runtime::chosen(args.valid_from.as_deref(), args.runtime_endpoint.as_deref())?;
     let networks = match (&args.netconf, args.all_networks) {
         (Some(_), _) => inventory::networks(&place, None, args.netconf.as_deref())?,
@@ -907,43 +928,46 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
 fn store_action(action: StoreAction) -> Result<String, CniError> {
     match action {
         StoreAction::Check { store } => {
+            let place = store.place()?;
             let (problems, entries) =
-                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                with_store(&place.data_dir, &place.lock_file, store.lock_timeout, |s| {
                     Ok((s.check()?, s.entries(None)?.len()))
                 })?;
             if problems.is_empty() {
                 return Ok(format!(
                     "store {}: ok, {entries} entries\n",
-                    store.data_dir.display()
+                    place.data_dir.display()
                 ));
             }
             Err(CniError::new(
                 crate::error::code::STORE_FAILURE,
                 format!(
                     "store {} is damaged: {}",
-                    store.data_dir.display(),
+                    place.data_dir.display(),
                     problems.join("; ")
                 ),
             )
             .with_details("see SECURITY.md, \"When the store is damaged\""))
         }
         StoreAction::Backup { store, to } => {
-            with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+            let place = store.place()?;
+            with_store(&place.data_dir, &place.lock_file, store.lock_timeout, |s| {
                 s.backup(&to)
             })?;
             Ok(format!(
                 "backed up {} to {}\n",
-                store.data_dir.display(),
+                place.data_dir.display(),
                 to.display()
             ))
         }
         StoreAction::Restore { store, from } => {
-            let kept = under_lock(&store.lock_file, store.lock_timeout, |wait| {
-                store::restore(&store.data_dir, &from, wait)
+            let place = store.place()?;
+            let kept = under_lock(&place.lock_file, store.lock_timeout, |wait| {
+                store::restore(&place.data_dir, &from, wait)
             })?;
             Ok(format!(
                 "restored {} from {}; the store it replaced, if any, is kept as {}\n",
-                store.data_dir.display(),
+                place.data_dir.display(),
                 from.display(),
                 kept.display()
             ))

@@ -77,9 +77,16 @@ pub fn release_node(
     let mut batches = 0usize;
     loop {
         let batch = asked.run_batch("release-node", notes, |session| {
+            if let Some(refused) = session.module().refusal(&work) {
+                return Err(refused);
+            }
             let now = session.granted_unix();
+            let last_commits = session.last_commits()?;
+            if let Some(unknown) = unknown(&asked.network, &last_commits, node) {
+                return Err(unknown);
+            }
             if !options.force
-                && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
+                && let Some(refused) = refusal(&last_commits, node, now, options.window)
             {
                 return Err(refused);
             }
@@ -129,6 +136,22 @@ fn partial(e: CniError, done: &nodes::ReleaseReport, batches: usize) -> CniError
         ),
         ..e
     }
+}
+
+/// A node that never committed to the network (a typo, another cluster's node): its
+/// name is refused rather than "released" with nothing, so the operator looks again.
+fn unknown(network: &str, last_commits: &[(String, Option<u64>)], node: &str) -> Option<CniError> {
+    if last_commits.iter().any(|(n, _)| n == node) {
+        return None;
+    }
+    let known: Vec<&str> = last_commits.iter().map(|(n, _)| n.as_str()).collect();
+    Some(CniError::config(format!(
+        "node {node} has never committed to network {network} in this store (the nodes that have: {}); nothing was released: check the name (ipam.nodeName, else the node's hostname)",
+        match known.is_empty() {
+            true => "none".to_string(),
+            false => known.join(", "),
+        }
+    )))
 }
 
 /// Why `node` may not be released now, from each node's last commit (Unix seconds):
@@ -231,5 +254,26 @@ mod tests {
         assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
         assert!(err.msg.contains("--force"), "{}", err.msg);
         assert!(refusal(&last, "never-committed", 10_000, WINDOW).is_none());
+    }
+
+    #[test]
+    fn a_node_that_never_committed_is_an_error_naming_the_ones_that_did() {
+        let last = rows(&[("node-a", Some(1)), ("node-b", None)]);
+        assert!(unknown("pods", &last, "node-b").is_none());
+        let err = unknown("pods", &last, "node-9").unwrap();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert!(
+            err.msg
+                .contains("node node-9 has never committed to network pods")
+                && err.msg.contains("(the nodes that have: node-a, node-b)"),
+            "{}",
+            err.msg
+        );
+        assert!(
+            unknown("pods", &[], "x")
+                .unwrap()
+                .msg
+                .contains("have: none")
+        );
     }
 }
