@@ -976,6 +976,26 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
             && stderr.contains("node-a, node-b, node-c"),
         "{stderr}"
     );
+    // `gc --network NAME` finds no record of an etcd network on the node: it says
+    // which form names one.
+    let valid = a.dir.path().join("valid");
+    std::fs::write(&valid, "").unwrap();
+    let (ok, _, stderr) = operator_output([
+        "gc".as_ref(),
+        "--network".as_ref(),
+        "testnet".as_ref(),
+        "--valid-from".as_ref(),
+        valid.as_os_str(),
+        "--data-dir".as_ref(),
+        a.data_dir().as_os_str(),
+        "--lock-file".as_ref(),
+        a.lock_file().as_os_str(),
+    ]);
+    assert!(
+        !ok && stderr.contains("no module is recorded for network testnet in the store at")
+            && stderr.contains("recorded in etcd, not on the node: name it with --netconf FILE"),
+        "{stderr}"
+    );
     assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
 
     // Node c stops. Once it has been quiet for the (small) window, a dry run says what

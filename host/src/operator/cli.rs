@@ -890,9 +890,7 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
             let mut all = place.served()?;
             for name in &args.network {
                 if !all.iter().any(|(n, _)| n == name) {
-                    return Err(CniError::config(format!(
-                        "no module is recorded for network {name}: no call has committed to it (pass --netconf with its configuration)"
-                    )));
+                    return Err(inventory::not_recorded(name, &place));
                 }
             }
             all.retain(|(n, _)| args.network.contains(n));

@@ -108,12 +108,20 @@ pub fn networks(
     if let Some(network) = network {
         served.retain(|(name, _)| name == network);
         if served.is_empty() {
-            return Err(CniError::config(format!(
-                "no module is recorded for network {network}: no call has committed to it since wasm-ipam 0.2 (pass --netconf with its configuration)"
-            )));
+            return Err(not_recorded(network, place));
         }
     }
     Ok(served)
+}
+
+/// Why `--network NAME` names nothing here: the node's own store records only the
+/// networks it serves itself; a network on a shared store (etcd) is named by its
+/// configuration.
+pub fn not_recorded(network: &str, place: &Place) -> CniError {
+    CniError::config(format!(
+        "no module is recorded for network {network} in the store at {}: no call has committed to it there; a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE (its conflist, e.g. /etc/cni/net.d/10-{network}.conflist)",
+        place.data_dir.display()
+    ))
 }
 
 /// Asks each network's module for operator command `command` what `ask` asks it
