@@ -435,6 +435,27 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         .filter(|r| r["attributes"]["borrowed"] == "yes")
         .count() as u64;
     assert!(borrowed > 0, "node 0 borrowed: {list}");
+    // The table has the same columns for people.
+    let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["list"]);
+    assert!(ok, "{stderr}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NETWORK",
+            "ADDRESS",
+            "CONTAINER",
+            "ID",
+            "IFNAME",
+            "NODE",
+            "POOL",
+            "BORROWED",
+            "SINCE"
+        ],
+        "{table}"
+    );
+    let yes = table.lines().filter(|l| l.contains(" yes ")).count() as u64;
+    assert_eq!(yes, borrowed, "{table}");
     assert_eq!(gauge("wasm_ipam_pool_addresses_borrowed"), borrowed);
     let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--blocks"]);
     assert!(ok, "{stderr}");

@@ -12,6 +12,7 @@ use crate::module::trust::Policies;
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
+use crate::operator::table::{Align, Table};
 use crate::operator::{describe, gc, import, inventory, metrics, release_node, reserve};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
@@ -455,13 +456,6 @@ fn with_store<T>(
 }
 
 /// A `since` as RFC 3339, or as the number it is when no four-digit year holds it.
-fn since(secs: u64) -> String {
-    if secs > inventory::LAST_RFC3339_SECOND {
-        return secs.to_string();
-    }
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
-}
-
 /// The network a netconf names, to ask its module on this node's store and lock.
 fn asked_by_netconf(netconf: &std::path::Path, store: &StoreArgs) -> Result<Asked, CniError> {
     let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
@@ -489,20 +483,23 @@ fn reservation_list(
     if json {
         return json_output(&reservations, notes, failed);
     }
-    let mut text = format!(
-        "{:<20} {:<43} {:<20} {:<6} {}\n",
-        "NETWORK", "RESERVED", "SINCE", "HELD", "NOTE"
-    );
+    let mut table = Table::new(&[
+        ("NETWORK", Align::Left),
+        ("RESERVED", Align::Left),
+        ("SINCE", Align::Left),
+        ("HELD", Align::Right),
+        ("NOTE", Align::Left),
+    ]);
     for r in reservations {
-        text += &format!(
-            "{:<20} {:<43} {:<20} {:<6} {}\n",
+        table.row(vec![
             printable(&r.network),
             printable(&r.cidr),
-            since(r.since),
-            r.held.len(),
-            printable(&r.note)
-        );
+            inventory::since(r.since),
+            r.held.len().to_string(),
+            printable(&r.note),
+        ]);
     }
+    let text = table.render();
     Output {
         text,
         notes,
@@ -540,20 +537,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             if json {
                 return Ok(json_output(&allocations, notes, failed));
             }
-            let mut text = format!(
-                "{:<20} {:<40} {:<64} {:<10} {}\n",
-                "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "SINCE"
-            );
-            for a in allocations {
-                text += &format!(
-                    "{:<20} {:<40} {:<64} {:<10} {}\n",
-                    printable(&a.network),
-                    a.address,
-                    printable(&a.container_id),
-                    printable(&a.ifname),
-                    a.since.map_or("-".into(), since)
-                );
-            }
+            let text = inventory::allocation_table(&allocations);
             Ok(Output {
                 text,
                 notes,

@@ -25,6 +25,7 @@ use crate::module::instance::{Answer, Call, Work};
 use crate::operator::ask::Asked;
 use crate::operator::inventory::{Allocation, checked_allocation, printable};
 use crate::operator::runtime::Runtime;
+use crate::operator::table::{Align, Table};
 use crate::pipeline::Writes;
 use crate::store::AttachmentRecord;
 use serde::Serialize;
@@ -271,15 +272,19 @@ fn confirm_released(
 
 /// The leaks as a table, one per line, for a person.
 pub fn table(leaks: &[Leak], dry_run: bool) -> String {
-    let mut text = format!(
-        "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
-        "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "AGE", "NODE", "RELEASED"
-    );
+    let mut table = Table::new(&[
+        ("NETWORK", Align::Left),
+        ("ADDRESS", Align::Left),
+        ("CONTAINER ID", Align::Left),
+        ("IFNAME", Align::Left),
+        ("AGE", Align::Left),
+        ("NODE", Align::Left),
+        ("RELEASED", Align::Left),
+    ]);
     for leak in leaks {
-        text += &format!(
-            "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
+        table.row(vec![
             printable(&leak.network),
-            leak.address,
+            leak.address.to_string(),
             printable(&leak.container_id),
             printable(&leak.ifname),
             leak.age_seconds.map_or("-".into(), age),
@@ -289,9 +294,10 @@ pub fn table(leaks: &[Leak], dry_run: bool) -> String {
                 (false, true) => "yes",
                 (false, false) => "no (the module kept it)",
             }
-        );
+            .into(),
+        ]);
     }
-    text
+    table.render()
 }
 
 /// An age as kubectl prints one: `45s`, `12m`, `5h`, `3d`.

@@ -8,6 +8,7 @@ use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage};
 use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place, asked_all};
+use crate::operator::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
 use crate::store::Records;
 use serde::Serialize;
@@ -91,6 +92,52 @@ pub struct NetworkStats {
     /// Allocations `gc` would release now (its dry run with the default grace), when
     /// `stats` was given the runtime to ask.
     pub leak_candidates: Option<u64>,
+}
+
+/// A Unix time as RFC 3339, or as the number when no four-digit year holds it.
+pub fn since(secs: u64) -> String {
+    if secs > LAST_RFC3339_SECOND {
+        return secs.to_string();
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
+}
+
+/// `list`'s table: one row per address; NODE, POOL and BORROWED appear when a
+/// module reports them (a cluster network's `node`, `pool` and `borrowed` attributes).
+pub fn allocation_table(allocations: &[Allocation]) -> String {
+    let shown = |key: &str| allocations.iter().any(|a| a.attributes.contains_key(key));
+    let extra: Vec<(&str, &str)> = [("node", "NODE"), ("pool", "POOL"), ("borrowed", "BORROWED")]
+        .into_iter()
+        .filter(|(key, _)| shown(key))
+        .collect();
+    let mut columns = vec![
+        ("NETWORK", Align::Left),
+        ("ADDRESS", Align::Left),
+        ("CONTAINER ID", Align::Left),
+        ("IFNAME", Align::Left),
+    ];
+    columns.extend(extra.iter().map(|(_, header)| (*header, Align::Left)));
+    columns.push(("SINCE", Align::Left));
+    let mut table = Table::new(&columns);
+    for a in allocations {
+        let mut row = vec![
+            printable(&a.network),
+            a.address.to_string(),
+            printable(&a.container_id),
+            printable(&a.ifname),
+        ];
+        for (key, _) in &extra {
+            row.push(match (a.attributes.get(*key), *key) {
+                (Some(value), _) => printable(value),
+                (None, "borrowed") => "no".into(),
+                (None, _) => "-".into(),
+            });
+        }
+        row.push(a.since.map_or("-".into(), since));
+        table.row(row);
+    }
+    table.render()
 }
 
 /// Which networks to ask, and by which module: the store's records (all, or

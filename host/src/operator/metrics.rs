@@ -4,6 +4,7 @@
 
 use crate::operator::inventory::{NetworkStats, PoolStats, printable};
 use crate::operator::log_tail;
+use crate::operator::table::{Align, Table};
 use serde::Deserialize;
 use std::fmt::Write;
 use std::io;
@@ -343,62 +344,55 @@ pub fn table(
     timings: &[CallTiming],
     log: Option<&std::path::Path>,
 ) -> String {
-    let mut out = String::new();
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     // The leak column only when the runtime was asked (`stats --runtime-endpoint`).
     let leaks = networks.iter().any(|n| n.leak_candidates.is_some());
-    let leak_column = |v: Option<u64>| {
-        if leaks {
-            format!(" {:>6}", opt(v))
-        } else {
-            String::new()
-        }
-    };
-    let _ = writeln!(
-        out,
-        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
-        "NETWORK",
-        "CAPACITY",
-        "IN USE",
-        "FREE",
-        "EXCLUDED",
-        "COOLING",
-        "RESERVED",
-        "BORROWED",
-        if leaks { "  LEAKS" } else { "" }
-    );
-    let row = |out: &mut String, name: String, p: &PoolStats| {
-        let _ = writeln!(
-            out,
-            "{name:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}",
+    let mut columns = vec![
+        ("NETWORK", Align::Left),
+        ("CAPACITY", Align::Right),
+        ("IN USE", Align::Right),
+        ("FREE", Align::Right),
+        ("EXCLUDED", Align::Right),
+        ("COOLING", Align::Right),
+        ("RESERVED", Align::Right),
+        ("BORROWED", Align::Right),
+    ];
+    if leaks {
+        columns.push(("LEAKS", Align::Right));
+    }
+    let mut pools = Table::new(&columns);
+    let cells = |name: String, p: &PoolStats| {
+        vec![
+            name,
             opt(p.capacity),
-            p.in_use,
+            p.in_use.to_string(),
             opt(p.free),
-            p.excluded,
-            p.cooling_down,
-            p.reserved,
-            p.borrowed
-        );
+            p.excluded.to_string(),
+            p.cooling_down.to_string(),
+            p.reserved.to_string(),
+            p.borrowed.to_string(),
+        ]
     };
     for n in networks {
-        let _ = writeln!(
-            out,
-            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
+        let mut row = vec![
             printable(&n.network),
             opt(n.capacity),
-            n.in_use,
+            n.in_use.to_string(),
             opt(n.free),
-            n.excluded,
-            n.cooling_down,
-            n.reserved,
-            n.borrowed,
-            leak_column(n.leak_candidates)
-        );
+            n.excluded.to_string(),
+            n.cooling_down.to_string(),
+            n.reserved.to_string(),
+            n.borrowed.to_string(),
+        ];
+        if leaks {
+            row.push(opt(n.leak_candidates));
+        }
+        pools.row(row);
         // A network of one pool is its pool; several are shown each, each pool with
         // its blocks when they were asked for (`--blocks`).
         for p in &n.pools {
             if n.pools.len() > 1 {
-                row(&mut out, format!("  {}", printable(&p.pool)), p);
+                pools.row(cells(format!("  {}", printable(&p.pool)), p));
             }
             for b in n
                 .blocks
@@ -409,14 +403,11 @@ pub fn table(
                     .node
                     .as_deref()
                     .map_or(String::new(), |n| format!(" ({})", printable(n)));
-                row(
-                    &mut out,
-                    format!("    block {}{node}", printable(&b.pool)),
-                    b,
-                );
+                pools.row(cells(format!("    block {}{node}", printable(&b.pool)), b));
             }
         }
     }
+    let mut out = pools.render();
     match log {
         Some(_) => {
             let _ = writeln!(out, "\nthe last {} calls in the log", timings.len());

@@ -18,4 +18,5 @@ pub mod oci;
 pub mod release_node;
 pub mod reserve;
 pub mod runtime;
+pub mod table;
 pub mod try_call;
