@@ -264,6 +264,24 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         refused.msg()
     );
     assert_eq!(etcd.keys("/s/n/testnet/e/"), keys);
+    // So is a requested address in another node's block, free as it is.
+    let lender = Call::new("ADD", "b-1")
+        .run(&strict[1])
+        .address()
+        .to_string();
+    let free = std::net::Ipv4Addr::from(block(&lender) + 6).to_string();
+    let refused = Call::new("ADD", "a-6")
+        .env("CNI_ARGS", format!("IP={free}"))
+        .run(&strict[0]);
+    assert_eq!(refused.error_code(), BLOCK_LIMIT, "{refused:?}");
+    assert!(
+        refused
+            .msg()
+            .contains(&format!("requested address {free} is in block"))
+            && refused.msg().contains("of node node-1"),
+        "{}",
+        refused.msg()
+    );
 }
 
 /// The module's codes for a reserved address asked for by a pod.

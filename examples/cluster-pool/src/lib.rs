@@ -492,6 +492,15 @@ impl<S: Store> Call<'_, S> {
                 }
             }
         };
+        if self.conf.strict_affinity && block.node != self.node {
+            return Err(Error::new(
+                codes::BLOCK_LIMIT,
+                format!(
+                    "requested address {ip} is in block {block_net} of node {}, and strictAffinity forbids borrowing from other nodes' blocks",
+                    block.node
+                ),
+            ));
+        }
         if block.ips.get(&ip).is_some_and(|h| h.expired(self.now)) {
             self.drop_hold(&mut block, ip)?;
         }
@@ -538,7 +547,13 @@ impl<S: Store> Call<'_, S> {
                 .ips
                 .get(&ip)
                 .is_some_and(|h| h.held_until.is_some() && h.identity.as_deref() == Some(identity));
-            if kept {
+            if kept && self.conf.strict_affinity && block.node != self.node {
+                // Rescheduled to another node under strictAffinity: the pod gets an
+                // address of this node's block, and its hold is dropped.
+                block.ips.remove(&ip);
+                block.note_if_empty(self.now);
+                write(self.store, &block_key, &block)?;
+            } else if kept {
                 block.ips.insert(ip, holder.clone());
                 block.empty_since = None;
                 write(self.store, &block_key, &block)?;

@@ -297,7 +297,7 @@ fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node(
     };
     let wanted = std::net::Ipv4Addr::from(u32::from(network) + 5).to_string();
     let borrowed = ClusterPool::add(
-        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", &wanted)]),
+        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", wanted.as_str())]),
         &mut store,
     )
     .unwrap();
@@ -603,6 +603,80 @@ fn with_strict_affinity_a_node_that_would_borrow_fails() {
     )
     .unwrap_err();
     assert_eq!(err.code, codes::BLOCK_LIMIT, "{err:?}");
+}
+
+#[test]
+fn with_strict_affinity_a_requested_address_in_another_nodes_block_is_refused() {
+    let conf = config(json!({"cidr": "10.9.0.0/26", "strictAffinity": true}));
+    let mut store = MemoryStore::default();
+    let b0 = add(&mut store, "b", "b0", 1, &conf);
+    // The next address of b's block, free but b's.
+    let wanted = bare(&b0).parse::<std::net::Ipv4Addr>().unwrap();
+    let wanted = std::net::Ipv4Addr::from(u32::from(wanted) + 1).to_string();
+    let before = store.clone();
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "a0", 1, &conf).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT, "{err:?}");
+    assert!(
+        err.msg
+            .contains(&format!("requested address {wanted} is in block"))
+            && err.msg.contains("of node b")
+            && err.msg.contains("strictAffinity"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(store, before, "nothing written");
+    // Without strictAffinity it is borrowed.
+    let loose = config(json!({"cidr": "10.9.0.0/26"}));
+    let got = ClusterPool::add(
+        &call(Command::Add, "a", "a0", 1, &loose).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap();
+    assert_eq!(bare(&got.ips[0].address), wanted);
+}
+
+#[test]
+fn with_strict_affinity_a_sticky_pod_on_another_node_gets_a_local_address_and_its_hold_goes() {
+    let conf = config(json!({"cidr": "10.9.0.0/26", "strictAffinity": true, "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let sticky = |node: &str, at: u64, command: Command| {
+        call(command, node, "web-0", at, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", "web-0")])
+    };
+    let first = ClusterPool::add(&sticky("b", 1, Command::Add), &mut store).unwrap();
+    let first = bare(&first.ips[0].address).to_string();
+    ClusterPool::del(&sticky("b", 2, Command::Del), &mut store).unwrap();
+    assert_eq!(store.list("sticky/").len(), 1, "kept for web-0");
+    // Rescheduled to node a, within its time: a's own block, not b's kept address.
+    let moved = ClusterPool::add(&sticky("a", 3, Command::Add), &mut store).unwrap();
+    let moved = bare(&moved.ips[0].address).to_string();
+    assert_ne!(moved, first);
+    assert!(store.list("sticky/").is_empty(), "the hold's record went");
+    let b_block = store
+        .list("blk/")
+        .into_iter()
+        .map(|(_, v)| serde_json::from_slice::<serde_json::Value>(&v).unwrap())
+        .find(|b| b["node"] == "b")
+        .unwrap();
+    assert!(
+        b_block["ips"].as_object().unwrap().is_empty(),
+        "b's block no longer holds {first}: {b_block}"
+    );
+    // Without strictAffinity the pod takes its kept address back, borrowed.
+    let loose = config(json!({"cidr": "10.9.0.0/26", "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let again = |node: &str, at: u64, command: Command| {
+        call(command, node, "web-0", at, &loose)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", "web-0")])
+    };
+    let first = ClusterPool::add(&again("b", 1, Command::Add), &mut store).unwrap();
+    ClusterPool::del(&again("b", 2, Command::Del), &mut store).unwrap();
+    let back = ClusterPool::add(&again("a", 3, Command::Add), &mut store).unwrap();
+    assert_eq!(bare(&back.ips[0].address), bare(&first.ips[0].address));
 }
 
 #[test]
