@@ -8,7 +8,9 @@
 //!   allocations can be leaks: one committed after the question may belong to a
 //!   sandbox the runtime lists only once its ADD has returned;
 //! - an allocation younger than the grace period is kept (a pod being started is not
-//!   listed yet), and so is one whose recorded network namespace still exists;
+//!   listed yet), and so is one whose recorded network namespace still exists (the
+//!   host records it on the embedded store only: on etcd, the module's records have
+//!   no network namespace, and docs/install.md says so);
 //! - a runtime that cannot answer, or lists no sandbox while the network holds
 //!   addresses (a wrong socket and a reset runtime look alike), releases nothing;
 //! - on a store shared by nodes, only this node's allocations are candidates;
