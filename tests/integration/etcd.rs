@@ -956,6 +956,14 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         .map(|(block, _)| block.clone())
         .unwrap();
     let (a, c) = (&cluster[0], &cluster[2]);
+    // A second network on the same store, where node c runs a pod too.
+    let mut second = confs[2].clone();
+    second["name"] = "second".into();
+    second["ipam"]["cidr"] = "10.96.1.0/27".into();
+    let second_address = Call::new("ADD", "c-second")
+        .run(&second)
+        .address()
+        .to_string();
 
     // Node b called a moment ago: refused, nothing released.
     let entries = etcd.keys("/r/n/testnet/e/");
@@ -1039,6 +1047,13 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         );
     }
     assert!(stdout.contains(&format!("block   {c_block}")), "{stdout}");
+    // One command released node c from every network of the store.
+    assert!(
+        stdout.contains("network second, node node-c: released 1 address(es) and 1 block(s)")
+            && stdout.contains(second_address.split('/').next().unwrap()),
+        "{stdout}"
+    );
+    assert!(etcd.keys("/r/n/second/e/own/node-c/").is_empty());
 
     // Its addresses and block are gone; the others' are untouched.
     let conf_file = write_conf(a, &confs[0]);

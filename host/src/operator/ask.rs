@@ -90,6 +90,22 @@ impl Asked {
         })
     }
 
+    /// Every network recorded in this network's store (on etcd, every network of its
+    /// prefix, whichever node's calls recorded it), read without the lock: records
+    /// only say which module serves which network.
+    pub fn networks_of_store(&self) -> Result<Records, CniError> {
+        let ipam = &self.settings.ipam;
+        let wait = ipam.deadline;
+        store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)?.served_by()
+    }
+
+    /// Asked as node `node`: a network recorded by another node's call carries that
+    /// node's `nodeName`, and an operator command runs as the node it runs on.
+    pub fn as_node(mut self, node: String) -> Self {
+        self.settings.ipam.node_name = Some(node);
+        self
+    }
+
     /// Whether the network's store is shared by nodes (etcd).
     pub fn shared(&self) -> bool {
         !matches!(self.settings.ipam.store, StoreConfig::Embedded)

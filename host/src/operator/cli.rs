@@ -507,6 +507,69 @@ fn reservation_list(
     }
 }
 
+/// `release-node`: the network `netconf` names first (its refusal refuses all), then
+/// every other network recorded in the same shared store, each as its own run.
+fn release_everywhere(
+    netconf: &Path,
+    store: &StoreArgs,
+    node: &str,
+    options: &release_node::Options,
+) -> Result<Output, CniError> {
+    let first = asked_by_netconf(netconf, store)?;
+    let mut notes = Vec::new();
+    let mut failed = false;
+    let mut networks = Vec::new();
+    if first.shared() {
+        let place = store.place_for(Some(netconf))?;
+        for (name, record) in first.networks_of_store()? {
+            if name == first.network {
+                continue;
+            }
+            let asked = record
+                .map_err(CniError::config)
+                .and_then(|served_by| Asked::new(&name, served_by, &place));
+            match asked {
+                Ok(asked) => networks.push(asked.as_node(first.node_name())),
+                Err(e) => {
+                    notes.push(format!("network {name}: {}", e.msg));
+                    failed = true;
+                }
+            }
+        }
+    }
+    networks.insert(0, first);
+    let (mut text, mut never, mut known) =
+        (String::new(), Vec::new(), std::collections::BTreeSet::new());
+    for (n, asked) in networks.iter().enumerate() {
+        match release_node::release_node(asked, node, options, &mut notes) {
+            Ok(release_node::Released::Report(report)) => {
+                text += &release_node::text(&asked.network, node, &report, options.dry_run);
+            }
+            Ok(release_node::Released::NeverSeen(nodes)) => {
+                never.push(asked.network.clone());
+                known.extend(nodes);
+            }
+            Err(e) if n == 0 => return Err(e),
+            Err(e) => {
+                notes.push(e.msg);
+                failed = true;
+            }
+        }
+    }
+    if text.is_empty() && !failed {
+        return Err(release_node::unknown(&never, &known, node));
+    }
+    for network in never {
+        text +=
+            &format!("network {network}, node {node}: never committed here; nothing to release\n");
+    }
+    Ok(Output {
+        text,
+        notes,
+        failed,
+    })
+}
+
 /// Runs an operator command; returns what to print.
 pub fn run(cli: Cli) -> Result<Output, CniError> {
     match cli.command {
@@ -719,20 +782,12 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             force,
             dry_run,
         } => {
-            let asked = asked_by_netconf(&netconf, &store)?;
-            let network = asked.network.clone();
             let options = release_node::Options {
                 window: *window,
                 force,
                 dry_run,
             };
-            let mut notes = Vec::new();
-            let report = release_node::release_node(&asked, &node, &options, &mut notes)?;
-            Ok(Output {
-                text: release_node::text(&network, &node, &report, dry_run),
-                notes,
-                failed: false,
-            })
+            release_everywhere(&netconf, &store, &node, &options)
         }
         Operation::Reserve {
             cidr,

@@ -40,14 +40,22 @@ pub struct Options {
     pub dry_run: bool,
 }
 
-/// Releases `node` from `asked`'s network: what the module released (or, in a dry
-/// run, would release).
+/// What releasing a node from one network came to.
+pub enum Released {
+    /// What the module released (or, in a dry run, would release).
+    Report(nodes::ReleaseReport),
+    /// The node never committed to this network: nothing of it is here. Names the
+    /// nodes that did.
+    NeverSeen(Vec<String>),
+}
+
+/// Releases `node` from `asked`'s network.
 pub fn release_node(
     asked: &Asked,
     node: &str,
     options: &Options,
     notes: &mut Vec<String>,
-) -> Result<nodes::ReleaseReport, CniError> {
+) -> Result<Released, CniError> {
     if !asked.shared() {
         return Err(CniError::config(format!(
             "network {}: its store is this node's own (embedded), so there is no other node to release; release-node is for a store nodes share (etcd)",
@@ -82,8 +90,9 @@ pub fn release_node(
             }
             let now = session.granted_unix();
             let last_commits = session.last_commits()?;
-            if let Some(unknown) = unknown(&asked.network, &last_commits, node) {
-                return Err(unknown);
+            if !last_commits.iter().any(|(n, _)| n == node) {
+                let known = last_commits.iter().map(|(n, _)| n.clone()).collect();
+                return Ok(Released::NeverSeen(known));
             }
             if !options.force
                 && let Some(refused) = refusal(&last_commits, node, now, options.window)
@@ -91,7 +100,7 @@ pub fn release_node(
                 return Err(refused);
             }
             match session.ask(work.clone(), writes)? {
-                Answer::Released(report) => Ok(report),
+                Answer::Released(report) => Ok(Released::Report(report)),
                 _ => Err(CniError::new(
                     code::INTERNAL_ERROR,
                     "the module answered release-node with something else (a bug)",
@@ -103,10 +112,17 @@ pub fn release_node(
             Err(e) if batches == 0 => return Err(e),
             Err(e) => return Err(partial(e, &report, batches)),
         };
+        let answer = match batch.answer {
+            Released::Report(answer) => answer,
+            // Only the node's own commits write its record: a first batch that
+            // finds none means nothing of it is here.
+            Released::NeverSeen(known) if batches == 0 => return Ok(Released::NeverSeen(known)),
+            Released::NeverSeen(_) => break,
+        };
         batches += 1;
-        report.addresses.extend(batch.answer.addresses);
-        report.blocks.extend(batch.answer.blocks);
-        report.notes.extend(batch.answer.notes);
+        report.addresses.extend(answer.addresses);
+        report.blocks.extend(answer.blocks);
+        report.notes.extend(answer.notes);
         if !batch.full {
             break;
         }
@@ -122,7 +138,7 @@ pub fn release_node(
             "released a node that is gone"
         );
     }
-    Ok(report)
+    Ok(Released::Report(report))
 }
 
 /// A batch's failure after others committed: what those did, then why it stopped.
@@ -138,20 +154,23 @@ fn partial(e: CniError, done: &nodes::ReleaseReport, batches: usize) -> CniError
     }
 }
 
-/// A node that never committed to the network (a typo, another cluster's node): its
-/// name is refused rather than "released" with nothing, so the operator looks again.
-fn unknown(network: &str, last_commits: &[(String, Option<u64>)], node: &str) -> Option<CniError> {
-    if last_commits.iter().any(|(n, _)| n == node) {
-        return None;
-    }
-    let known: Vec<&str> = last_commits.iter().map(|(n, _)| n.as_str()).collect();
-    Some(CniError::config(format!(
-        "node {node} has never committed to network {network} in this store (the nodes that have: {}); nothing was released: check the name (ipam.nodeName, else the node's hostname)",
+/// A node that never committed to any network of the store (a typo, another
+/// cluster's node): its name is refused rather than "released" with nothing, so the
+/// operator looks again. `known`: the nodes that did commit.
+pub fn unknown(
+    networks: &[String],
+    known: &std::collections::BTreeSet<String>,
+    node: &str,
+) -> CniError {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    CniError::config(format!(
+        "node {node} has never committed to network {} in this store (the nodes that have: {}); nothing was released: check the name (ipam.nodeName, else the node's hostname)",
+        networks.join(", "),
         match known.is_empty() {
             true => "none".to_string(),
             false => known.join(", "),
         }
-    )))
+    ))
 }
 
 /// Why `node` may not be released now, from each node's last commit (Unix seconds):
@@ -258,9 +277,8 @@ mod tests {
 
     #[test]
     fn a_node_that_never_committed_is_an_error_naming_the_ones_that_did() {
-        let last = rows(&[("node-a", Some(1)), ("node-b", None)]);
-        assert!(unknown("pods", &last, "node-b").is_none());
-        let err = unknown("pods", &last, "node-9").unwrap();
+        let known = ["node-a".to_string(), "node-b".to_string()].into();
+        let err = unknown(&["pods".into()], &known, "node-9");
         assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
         assert!(
             err.msg
@@ -269,11 +287,7 @@ mod tests {
             "{}",
             err.msg
         );
-        assert!(
-            unknown("pods", &[], "x")
-                .unwrap()
-                .msg
-                .contains("have: none")
-        );
+        let none = unknown(&["a".into(), "b".into()], &Default::default(), "x");
+        assert!(none.msg.contains("network a, b") && none.msg.contains("have: none"));
     }
 }
