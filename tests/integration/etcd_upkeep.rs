@@ -3,7 +3,8 @@
 //! idle blocks must not fail a call under a small `maxTxnOps`, and must drain over
 //! later calls within the budget docs/cluster.md gives; gc, CNI GC and release-node
 //! over a thousand allocations go in batches, each atomic, and finish when run again
-//! after a kill mid-way.
+//! after a kill mid-way; and a free address in any of 64 full blocks is what FREE
+//! says and what the next ADD borrows.
 //!
 //! The store is seeded directly, in the module's own key layout (what a thousand
 //! pods' ADDs and DELs would have left), so the tests take seconds, not minutes.
@@ -132,8 +133,8 @@ impl Seed<'_> {
         out
     }
 
-    /// Writes the seed into `etcd` under `prefix`, a hundred keys a transaction, with
-    /// the node's usage row as its commits would have left it (an hour ago).
+    /// Writes the seed into `etcd` under `prefix`, with the node's usage row as its
+    /// commits would have left it (an hour ago).
     fn write(&self, etcd: &Etcd, prefix: &str) {
         let mut entries: Vec<(String, String)> = self
             .entries(now())
@@ -145,31 +146,33 @@ impl Seed<'_> {
             format!("u/{}", self.node),
             json!({"entries": entries.len(), "bytes": bytes, "last": now() - 3600}).to_string(),
         ));
-        let endpoints = etcd.endpoints();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
-            for chunk in entries.chunks(100) {
-                let ops: Vec<etcd_client::TxnOp> = chunk
-                    .iter()
-                    .map(|(k, v)| {
-                        etcd_client::TxnOp::put(
-                            format!("{prefix}n/{NETWORK}/{k}"),
-                            v.as_bytes(),
-                            None,
-                        )
-                    })
-                    .collect();
-                client
-                    .txn(etcd_client::Txn::new().and_then(ops))
-                    .await
-                    .unwrap();
-            }
-        });
+        put_all(etcd, prefix, &entries);
     }
+}
+
+/// Writes `entries` (keys under the network's key, as `e/KEY`) into `etcd` under
+/// `prefix`, a hundred keys a transaction.
+fn put_all(etcd: &Etcd, prefix: &str, entries: &[(String, String)]) {
+    let endpoints = etcd.endpoints();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut client = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        for chunk in entries.chunks(100) {
+            let ops: Vec<etcd_client::TxnOp> = chunk
+                .iter()
+                .map(|(k, v)| {
+                    etcd_client::TxnOp::put(format!("{prefix}n/{NETWORK}/{k}"), v.as_bytes(), None)
+                })
+                .collect();
+            client
+                .txn(etcd_client::Txn::new().and_then(ops))
+                .await
+                .unwrap();
+        }
+    });
 }
 
 /// How many of `prefix`'s entries start with `key_prefix`.
@@ -417,4 +420,103 @@ fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_fini
         .filter(|(_, _, error)| error.contains("maxTxnOps"))
         .collect();
     assert!(refused.is_empty(), "{refused:?}");
+}
+
+#[test]
+fn a_free_address_beyond_what_one_borrow_reads_is_what_free_says_and_the_next_add_gets() {
+    // 64 blocks of 5 usable addresses (/29s of a /23), each claimed by a node and
+    // full; node-x holds one of them and may claim no other (maxBlocksPerNode 1).
+    // One address freed at a time, in blocks 16 apart (one borrow used to read 32
+    // of the 63 others, so at least one of them was out of its reach): FREE says 1,
+    // and node-x's next ADD borrows exactly it.
+    let etcd = Etcd::start(1);
+    let prefix = "/f/";
+    let mut store = etcd.store(prefix);
+    store["qps"] = 2000.into();
+    store["burst"] = 2000.into();
+    let ipam = json!({"cidr": "10.9.0.0/23", "blockSize": 29, "maxBlocksPerNode": 1});
+    let now = now();
+    let mut entries = Vec::new();
+    let mut claimed = Vec::new();
+    for b in 0..64u32 {
+        let net = format!("{}/29", Ipv4Addr::from(0x0a09_0000u32 + b * 8));
+        let node = if b == 0 {
+            "node-x".to_string()
+        } else {
+            format!("n{b}")
+        };
+        let mut ips = serde_json::Map::new();
+        for i in 0..5u32 {
+            let ip = Ipv4Addr::from(0x0a09_0000u32 + b * 8 + 2 + i);
+            let id = format!("{node}-{i}");
+            ips.insert(
+                ip.to_string(),
+                json!({"id": id, "ifname": "eth0", "node": node, "since": now - 60}),
+            );
+            entries.push((
+                format!("e/own/{node}/{id}/eth0"),
+                json!({"ips": [ip], "since": now - 60}).to_string(),
+            ));
+        }
+        entries.push((
+            format!("e/blk/{net}"),
+            json!({"node": node, "ips": ips}).to_string(),
+        ));
+        entries.push((format!("e/aff/{node}/{net}"), String::new()));
+        entries.push((
+            format!("u/{node}"),
+            json!({"entries": 7, "bytes": 1, "last": now - 60}).to_string(),
+        ));
+        claimed.push(net);
+    }
+    entries.push(("e/pool/10.9.0.0/23".to_string(), json!(claimed).to_string()));
+    put_all(&etcd, prefix, &entries);
+
+    let node = Node::new();
+    let conf = node_conf(&node, "node-x", &cluster_pool_module(), &store, ipam);
+    let conf_file = write_conf(&node, &conf);
+    let gauge = |name: &str| -> u64 {
+        let (ok, prom, stderr) =
+            crate::etcd::operator_on(&node, &conf_file, &["stats", "--prometheus"]);
+        assert!(ok, "{stderr}");
+        let prefix = format!("{name}{{network=\"{NETWORK}\",pool=\"pool default 10.9.0.0/23\"}} ");
+        prom.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{prom}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(gauge("wasm_ipam_pool_addresses_free"), 0);
+    for b in [9u32, 25, 41, 57] {
+        let lender = Node::new();
+        let name = format!("n{b}");
+        let lender_conf = node_conf(
+            &lender,
+            &name,
+            &cluster_pool_module(),
+            &store,
+            conf["ipam"].clone(),
+        );
+        Call::new("DEL", &format!("{name}-4"))
+            .run(&lender_conf)
+            .ok();
+        let freed = Ipv4Addr::from(0x0a09_0000u32 + b * 8 + 6).to_string();
+        assert_eq!(
+            gauge("wasm_ipam_pool_addresses_free"),
+            1,
+            "after freeing {freed}"
+        );
+        let got = Call::new("ADD", &format!("x-{b}"))
+            .run(&conf)
+            .address()
+            .to_string();
+        assert_eq!(
+            got.split('/').next(),
+            Some(freed.as_str()),
+            "borrowed the one free address"
+        );
+        assert_eq!(gauge("wasm_ipam_pool_addresses_free"), 0);
+    }
+    let refused = Call::new("ADD", "x-more").run(&conf);
+    assert_eq!(refused.error_code(), 140, "{refused:?}");
 }

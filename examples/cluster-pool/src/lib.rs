@@ -62,8 +62,9 @@ use wasm_ipam_guest::error::code;
 use wasm_ipam_guest::store::Staged;
 use wasm_ipam_guest::*;
 
-/// The most other nodes' blocks one borrow reads: each read is a compare in the
-/// commit, which etcd caps (`maxTxnOps`, 128 by default).
+/// The most other nodes' blocks one borrow reads (those a peek showed with an
+/// address to take): each read is a compare in the commit, which etcd caps
+/// (`maxTxnOps`, 128 by default).
 const MAX_BORROW_READS: usize = 32;
 /// What an ADD still writes once it has borrowed: its attachment and its use rows.
 const OWN_WRITES_AFTER_BORROW: usize = 8;
@@ -404,11 +405,35 @@ impl<S: Store> Call<'_, S> {
         if claimed.is_empty() {
             return Ok(None);
         }
-        let start = (range.start_for(self.node) % claimed.len() as u128) as usize;
+        // Which of them have an address to take, from one peek of every block (a
+        // request, not a key of the commit): only those are read, so a free address
+        // in any claimed block is found however many blocks are full.
+        let kept = self.kept(range)?;
+        let now = self.now;
+        let others: BTreeSet<IpNet> = claimed.iter().copied().collect();
+        let open: BTreeSet<IpNet> = self
+            .store
+            .peek("blk/")
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let net: IpNet = key.strip_prefix("blk/")?.parse().ok()?;
+                let block: Block = serde_json::from_slice(&value).ok()?;
+                let takable = range
+                    .addresses(net)
+                    .any(|a| !kept.contains(a) && block.ips.get(&a).is_none_or(|h| h.expired(now)));
+                (others.contains(&net) && takable).then_some(net)
+            })
+            .collect();
+        let open: Vec<IpNet> = claimed.into_iter().filter(|b| open.contains(b)).collect();
+        if open.is_empty() {
+            return Ok(None);
+        }
+        let start = (range.start_for(self.node) % open.len() as u128) as usize;
         // Each block read is a key of the commit: leave room for the call's writes.
+        // A peeked block taken meanwhile by its node is passed over for the next.
         let room = self.room().saturating_sub(OWN_WRITES_AFTER_BORROW);
-        let tries = claimed.len().min(MAX_BORROW_READS).min(room);
-        for block_net in (0..tries).map(|i| claimed[(start + i) % claimed.len()]) {
+        let tries = open.len().min(MAX_BORROW_READS).min(room);
+        for block_net in (0..tries).map(|i| open[(start + i) % open.len()]) {
             if let Some(ip) = self.take_free(range, block_net, holder, None)? {
                 return Ok(Some(ip));
             }

@@ -680,6 +680,41 @@ fn with_strict_affinity_a_sticky_pod_on_another_node_gets_a_local_address_and_it
 }
 
 #[test]
+fn a_free_address_in_any_claimed_block_is_borrowed_however_many_blocks_are_full() {
+    // 64 blocks of 5 addresses, every one claimed and full: node x at its limit.
+    let conf = config(json!({"cidr": "10.9.0.0/23", "blockSize": 29, "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let nodes: Vec<String> = (0..63).map(|n| format!("n{n}")).collect();
+    for node in nodes.iter().map(String::as_str).chain(["x"]) {
+        for i in 0..5 {
+            add(&mut store, node, &format!("{node}-{i}"), 1, &conf);
+        }
+    }
+    let free = |store: &MemoryStore| {
+        ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), store).unwrap()[0].free
+    };
+    assert_eq!(free(&store), Some(0));
+    // One address freed in each block in turn (more than one borrow's reads beyond
+    // where x starts looking, whatever that is): x's next ADD gets exactly it.
+    for (n, node) in nodes.iter().enumerate() {
+        let freed = {
+            let pod = format!("{node}-0");
+            let own = store.get(&format!("own/{node}/{pod}/eth0")).unwrap();
+            let own: serde_json::Value = serde_json::from_slice(&own).unwrap();
+            del(&mut store, node, &pod, 2, &conf);
+            own["ips"][0].as_str().unwrap().to_string()
+        };
+        assert_eq!(free(&store), Some(1), "stats say one is free");
+        let got = add(&mut store, "x", &format!("x-b{n}"), 2, &conf);
+        assert_eq!(bare(&got), freed, "block of {node}");
+        assert_eq!(free(&store), Some(0));
+    }
+    let err =
+        ClusterPool::add(&call(Command::Add, "x", "x-last", 3, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::EXHAUSTED);
+}
+
+#[test]
 fn a_node_with_no_free_block_borrows_until_the_pool_is_exhausted() {
     let conf = config(json!({"cidr": "10.9.0.0/28"}));
     let mut store = MemoryStore::default();
