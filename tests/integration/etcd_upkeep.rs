@@ -41,6 +41,7 @@ fn pools_ipam(max_txn_ops: u64, etcd: &Etcd, prefix: &str) -> (Value, Value) {
             {"name": "other", "cidr": ["10.1.0.0/16", "fd01::/112"], "namespaces": ["other"]}
         ],
         "stickySeconds": 30,
+        "stickyPods": "all",
         "blockGraceSeconds": 0,
         "deadlineSeconds": 60
     });

@@ -574,3 +574,67 @@ fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_
     }
     assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
 }
+
+#[test]
+fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_node() {
+    let etcd = Etcd::start(1);
+    let ipam = json!({"cidr": "10.86.0.0/24", "blockSize": 28, "stickySeconds": 600});
+    let (nodes, confs) = cluster(&etcd, "/k/", &ipam);
+    let pod = |name: &str| format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME={name}");
+    let db = Call::new("ADD", "db-c1")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[0])
+        .address()
+        .to_string();
+    // A Deployment's churn on node 0: every pod a new name, deleted again.
+    let mut churned = BTreeSet::new();
+    for i in 0..20 {
+        let name = format!(
+            "web-5d9c7b8f4-{}",
+            ["x2k4q", "b7zt9", "qw8rl", "m4n6p"][i % 4]
+        );
+        let id = format!("web-c{i}");
+        let address = Call::new("ADD", &id)
+            .env("CNI_ARGS", pod(&format!("{name}{i}")))
+            .run(&confs[0])
+            .address()
+            .to_string();
+        churned.insert(address);
+        Call::new("DEL", &id)
+            .env("CNI_ARGS", pod(&format!("{name}{i}")))
+            .run(&confs[0])
+            .ok();
+    }
+    assert_eq!(
+        churned.len(),
+        1,
+        "each new pod got the address the last one freed: {churned:?}"
+    );
+    // db-0 is deleted and rescheduled to node 1: it gets its address back.
+    Call::new("DEL", "db-c1")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[0])
+        .ok();
+    assert_eq!(
+        etcd.keys("/k/n/testnet/e/sticky/"),
+        ["/k/n/testnet/e/sticky/web/db-0"]
+    );
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        prom.lines()
+            .any(|l| l.starts_with("wasm_ipam_pool_addresses_cooling_down{") && l.ends_with(" 1")),
+        "only db-0's address cools: {prom}"
+    );
+    let again = Call::new("ADD", "db-c2")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[1])
+        .address()
+        .to_string();
+    assert_eq!(
+        again.split('/').next(),
+        db.split('/').next(),
+        "{again} vs {db}"
+    );
+}

@@ -2,9 +2,8 @@
 //! lock file, data dir, log and `nodeName`) on a 3-member etcd, each starting and
 //! stopping its pods through `examples/cluster-pool` with named pools chosen by the
 //! pod's namespace, all nodes at once. From outside, each call's wall latency; from
-//! wasm-ipam's logs, its etcd requests, time in etcd, conflicts and retries. Pods are
-//! sticky (`stickySeconds`), as every pod is when the runtime passes `K8S_POD_NAME`,
-//! and halfway through the whole etcd cluster is frozen for [`OUTAGE`]. Then what must
+//! wasm-ipam's logs, its etcd requests, time in etcd, conflicts and retries. Every pod
+//! is sticky (`stickySeconds` with `stickyPods: all`, the costliest choice), and halfway through the whole etcd cluster is frozen for [`OUTAGE`]. Then what must
 //! hold after churn: no failed call but during the outage (and those answered within
 //! the store's bound), every address from its pod's pool, no address held by two pods
 //! at once, and no attachment left after the last DEL (a DEL that failed in the outage
@@ -45,7 +44,8 @@ const ALIVE: usize = 10;
 const IN_FLIGHT: usize = 2;
 /// How long the whole cluster is frozen, halfway through the churn.
 const OUTAGE: Duration = Duration::from_secs(10);
-/// `stickySeconds`: every pod keeps its addresses this long after its DEL.
+/// `stickySeconds` (with `stickyPods: all`): every pod keeps its addresses this long
+/// after its DEL.
 const STICKY_SECONDS: u64 = 30;
 /// The store's bound on a call that cannot reach etcd (`ipam.store.timeoutSeconds`).
 const STORE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -152,6 +152,7 @@ fn ipam(etcd: &Etcd, prefix: &str, node: &str) -> Value {
         "pools": pools,
         "blockSize": 26,
         "stickySeconds": STICKY_SECONDS,
+        "stickyPods": "all",
         "nodeName": node,
         // Every member, as a node is configured in production; the rate limiter opened
         // wide as in the herd, so the store is measured, not the limiter.
@@ -532,8 +533,8 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
          kubelet starts and stops pods in parallel workers; wasm-ipam's node lock then \
          serves them one at a time), and a pod's DEL starts only after its ADD returned. \
          All nodes churn at once: {calls} calls in {:.1} s ({:.0} calls/s). Every pod is \
-         sticky (`stickySeconds` {STICKY_SECONDS}: its addresses are kept for it after its \
-         DEL, as for every pod once the runtime passes `K8S_POD_NAME`). Once half the calls \
+         sticky (`stickySeconds` {STICKY_SECONDS} with `stickyPods: all`, the costliest \
+         choice: every pod's addresses are kept for it after its DEL). Once half the calls \
          have ended, every etcd member is frozen (SIGSTOP: connections accepted, nothing \
          answered) for {outage} s; the store's bound (`timeoutSeconds` {timeout}) ends a \
          call that cannot reach it, and each DEL that failed is sent again afterwards, as \

@@ -22,10 +22,11 @@
 //! - Reservations (`wasm-ipam reserve`, the `reservations` export) keep addresses out
 //!   of every ADD's hands; `usage` tells `stats` each pool's and block's use, reserved
 //!   and borrowed addresses; a call past a pool's `warnPercent` logs one warning.
-//! - Sticky addresses (`ipam.stickySeconds` > 0): a pod with a stable identity
-//!   (CNI_ARGS K8S_POD_NAMESPACE and K8S_POD_NAME, as a StatefulSet's pod has) keeps
-//!   its addresses for that long after its DEL, and gets them back on its next ADD on
-//!   any node; nobody else gets them meanwhile.
+//! - Sticky addresses (a pool's `stickySeconds` > 0): a sticky pod keeps its
+//!   addresses for that long after its DEL, and gets them back on its next ADD on any
+//!   node; nobody else gets them meanwhile. Which pods are sticky: the pod annotation
+//!   `wasm-ipam.io/sticky`, else the pool's `stickyPods` (by default a StatefulSet's,
+//!   whose name ends in its ordinal, from CNI_ARGS K8S_POD_NAME).
 //!
 //! - Releasing a node that is gone (`wasm-ipam release-node`, the `nodes` export):
 //!   its attachments are released as their DELs would be, and its blocks freed at
@@ -51,7 +52,7 @@ mod upkeep;
 mod usage;
 
 use blocks::Range;
-use conf::{Conf, Ipam};
+use conf::{Conf, Ipam, NamedPool, StickyPods};
 use ipnet::IpNet;
 use reserve::Kept;
 use serde::de::DeserializeOwned;
@@ -159,11 +160,54 @@ fn sticky_key(identity: &str) -> String {
     format!("sticky/{identity}")
 }
 
-/// A pod's stable identity, when CNI_ARGS carry one.
-fn identity(request: &Request) -> Option<String> {
-    let namespace = request.arg("K8S_POD_NAMESPACE").filter(|s| !s.is_empty())?;
-    let name = request.arg("K8S_POD_NAME").filter(|s| !s.is_empty())?;
-    Some(format!("{namespace}/{name}"))
+/// The pod annotation that makes a pod sticky or not: `true` (under its name),
+/// `false`, or a stable name to keep its addresses under (a VM's, whose launcher
+/// pod's name changes with every start).
+pub const STICKY_ANNOTATION: &str = "wasm-ipam.io/sticky";
+
+/// The identity a pod's addresses are kept under after its DEL, if its pool keeps
+/// them (`stickySeconds`) for pods like it (the annotation, else `stickyPods`).
+fn identity(request: &Request, pool: &NamedPool) -> Result<Option<String>, Error> {
+    if pool.sticky.seconds == 0 {
+        return Ok(None);
+    }
+    let (Some(namespace), Some(name)) = (
+        request.arg("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
+        request.arg("K8S_POD_NAME").filter(|s| !s.is_empty()),
+    ) else {
+        return Ok(None);
+    };
+    let annotated = request.config()["runtimeConfig"][select::ANNOTATIONS_CAPABILITY]
+        [STICKY_ANNOTATION]
+        .as_str()
+        .filter(|s| !s.is_empty());
+    let kept_as = match annotated {
+        Some("false") => None,
+        Some("true") => Some(name),
+        Some(other) if other.contains('/') || other.chars().any(char::is_control) => {
+            return Err(Error::invalid_config(format!(
+                "pod annotation {STICKY_ANNOTATION} is {other:?}: it must be true, false or a name without '/'"
+            )));
+        }
+        Some(other) => Some(other),
+        None => match pool.sticky.pods {
+            StickyPods::All => Some(name),
+            StickyPods::Ordinal => has_ordinal(name).then_some(name),
+            StickyPods::Annotated => None,
+        },
+    };
+    Ok(kept_as.map(|kept_as| format!("{namespace}/{kept_as}")))
+}
+
+/// Whether a pod's name ends in a StatefulSet's ordinal: `-N`, N decimal without a
+/// leading zero.
+fn has_ordinal(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(base, n)| {
+        !base.is_empty()
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && (n == "0" || !n.starts_with('0'))
+    })
 }
 
 /// Addresses asked for: CNI_ARGS `IP` (comma-separated) and `runtimeConfig.ips`.
@@ -619,8 +663,13 @@ impl<S: Store> Call<'_, S> {
         let mut released = Vec::new();
         if let Some(own) = read::<Own>(self.store, &key)? {
             released.clone_from(&own.ips);
-            let keep = own.identity.clone().filter(|_| self.conf.sticky > 0);
-            let until = self.now + self.conf.sticky;
+            // The pool's stickiness now (an operator may have turned it off since).
+            let seconds = own
+                .ips
+                .first()
+                .map_or(0, |ip| self.conf.sticky_seconds_of(*ip));
+            let keep = own.identity.clone().filter(|_| seconds > 0);
+            let until = self.now + seconds;
             for ip in &own.ips {
                 let Some(block_net) = self.conf.range_of(*ip).and_then(|p| p.block_of(*ip)) else {
                     continue;
@@ -800,7 +849,7 @@ impl IpamModule for ClusterPool {
             return Ok(result(&conf, &own.ips, &own.borrowed));
         }
         let pool = select::pool_for(&conf, request)?;
-        let identity = identity(request);
+        let identity = identity(request, pool)?;
         let holder = Holder {
             id: id.to_string(),
             ifname: ifname.to_string(),
@@ -813,9 +862,7 @@ impl IpamModule for ClusterPool {
         let mut call = Call::new(store, &conf, node, now);
         // Each address and whether it is borrowed from another node's block.
         let mut got: Vec<(IpAddr, bool)> = Vec::new();
-        if conf.sticky > 0
-            && let Some(identity) = &identity
-        {
+        if let Some(identity) = &identity {
             got = call.reclaim(identity, &holder)?;
         }
         for ip in requested {

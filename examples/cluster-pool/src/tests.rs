@@ -914,3 +914,99 @@ fn a_range_keeps_at_most_its_limit_of_reservations() {
         reserve::MAX_PER_RANGE
     );
 }
+
+#[test]
+fn only_pods_with_an_ordinal_are_sticky_by_default_and_the_annotation_decides_first() {
+    assert!(has_ordinal("db-0") && has_ordinal("web-12") && has_ordinal("a-b-3"));
+    for name in ["web-7c9f8d6b5-x2k4q", "db", "db-", "-1", "db-01", "db-1a"] {
+        assert!(!has_ordinal(name), "{name}");
+    }
+    let pools = json!([
+        {"name": "sts", "cidr": "10.9.0.0/24", "default": true},
+        {"name": "vms", "cidr": "10.9.1.0/24", "namespaces": ["vms"], "stickyPods": "annotated", "stickySeconds": 60},
+        {"name": "none", "cidr": "10.9.2.0/24", "namespaces": ["plain"], "stickySeconds": 0}
+    ]);
+    let conf = json!({"cniVersion": "1.1.0", "name": "pods", "ipam": {"pools": pools, "stickySeconds": 300}});
+    let kept_as = |namespace: &str, name: &str, annotation: Option<&str>| {
+        let mut conf = conf.clone();
+        if let Some(value) = annotation {
+            conf["runtimeConfig"] =
+                json!({"io.kubernetes.cri.pod-annotations": {STICKY_ANNOTATION: value}});
+        }
+        let request = call(Command::Add, "a", "c", 1, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", namespace), ("K8S_POD_NAME", name)]);
+        let parsed = Conf::of(&request).unwrap();
+        let pool = select::pool_for(&parsed, &request).unwrap();
+        identity(&request, pool)
+    };
+    assert_eq!(
+        kept_as("web", "db-0", None).unwrap().as_deref(),
+        Some("web/db-0")
+    );
+    assert_eq!(kept_as("web", "web-7c9f8d6b5-x2k4q", None).unwrap(), None);
+    assert_eq!(
+        kept_as("web", "web-7c9f8d6b5-x2k4q", Some("true"))
+            .unwrap()
+            .as_deref(),
+        Some("web/web-7c9f8d6b5-x2k4q")
+    );
+    assert_eq!(kept_as("web", "db-0", Some("false")).unwrap(), None);
+    // A pool of VMs keeps only annotated pods, under the name the annotation gives.
+    assert_eq!(kept_as("vms", "db-0", None).unwrap(), None);
+    assert_eq!(
+        kept_as("vms", "virt-launcher-vm1-abcde", Some("vm1"))
+            .unwrap()
+            .as_deref(),
+        Some("vms/vm1")
+    );
+    assert_eq!(
+        kept_as("vms", "x", Some("a/b")).unwrap_err().code,
+        code::INVALID_NETWORK_CONFIG
+    );
+    // A pool that keeps nothing keeps nothing, annotated or not.
+    assert_eq!(kept_as("plain", "db-0", Some("true")).unwrap(), None);
+}
+
+#[test]
+fn a_deployments_pods_free_their_address_at_del_and_a_statefulsets_keep_it() {
+    let conf = config(json!({"cidr": "10.9.0.0/27", "blockSize": 28, "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let pod = |name: &str, command: Command, at: u64| {
+        call(command, "a", name, at, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", name)])
+    };
+    let web = bare(
+        &ClusterPool::add(&pod("web-5d9c7b-x2k4q", Command::Add, 1), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    let db = bare(
+        &ClusterPool::add(&pod("db-0", Command::Add, 1), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    ClusterPool::del(&pod("web-5d9c7b-x2k4q", Command::Del, 2), &mut store).unwrap();
+    ClusterPool::del(&pod("db-0", Command::Del, 2), &mut store).unwrap();
+    assert_eq!(
+        store.list("sticky/").len(),
+        1,
+        "only db-0's addresses are kept"
+    );
+    let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
+    assert_eq!(rows[0].cooling_down, 1, "{rows:?}");
+    // The Deployment's address is free for the next pod; db-0 gets its own back.
+    let next = bare(
+        &ClusterPool::add(&pod("web-5d9c7b-q7w8e", Command::Add, 3), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    assert_eq!(next, web);
+    let back = ClusterPool::add(&pod("db-0", Command::Add, 3), &mut store).unwrap();
+    assert_eq!(bare(&back.ips[0].address), db);
+}

@@ -165,6 +165,7 @@ mod tests {
                 {"name": "other", "cidr": ["10.1.0.0/16", "fd01::/112"], "namespaces": ["other"]}
             ],
             "stickySeconds": 30,
+            "stickyPods": "all",
             "blockGraceSeconds": 10
         }})
     }
