@@ -765,6 +765,8 @@ impl<S: Store> Call<'_, S> {
                 blocks.push((range.clone(), block));
             }
         }
+        // A block no node may take within its limits stays the gone node's.
+        let mut stays = false;
         for (pool, block_net) in blocks {
             if left || self.room() < upkeep::BLOCK_KEYS {
                 left = true;
@@ -790,27 +792,150 @@ impl<S: Store> Call<'_, S> {
                 report.blocks.push(block_net.to_string());
                 continue;
             }
-            let kept = block
+            // Live pods of other nodes hold addresses here, or sticky pods' are kept:
+            // the block goes to a node that may take it (maxBlocksPerNode).
+            let live: BTreeSet<String> = block
                 .ips
                 .values()
-                .filter(|h| h.held_until.is_some())
-                .count();
-            report.notes.push(format!(
-                "block {block_net} is handed to node {heir}, not freed: it holds {} address(es) of other nodes' pods and {kept} kept for sticky pods; {heir} frees it once it is empty",
-                block.ips.len() - kept,
-            ));
-            block.node = heir.to_string();
-            write(self.store, &key, &block)?;
-            self.mine = None;
-            self.store
-                .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
-            self.store
-                .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
+                .filter(|h| h.held_until.is_none())
+                .map(|h| h.node.clone())
+                .collect();
+            // Its write and affinities, and a key per address the taker's pods or
+            // sticky pods hold in it (an own record made unborrowed, a hold's record).
+            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for h in block.ips.values() {
+                *per_node.entry(h.node.as_str()).or_default() += 1;
+            }
+            let most = per_node.values().max().copied().unwrap_or(0);
+            if self.room() < upkeep::BLOCK_KEYS + most {
+                left = true;
+                break;
+            }
+            let takers = live.iter().map(String::as_str).chain([heir]);
+            let taker = takers
+                .filter(|node| *node != self.node)
+                .find(|node| self.may_claim(node, &pool))
+                .map(str::to_string);
+            match taker {
+                Some(taker) => {
+                    self.hand_block(&key, &mut block, block_net, &taker, &mut report)?;
+                }
+                None => {
+                    self.drop_sticky_holds(&mut block, block_net, &mut report)?;
+                    if block.ips.is_empty() {
+                        self.free_block(&pool, block_net)?;
+                        report.blocks.push(block_net.to_string());
+                        continue;
+                    }
+                    write(self.store, &key, &block)?;
+                    stays = true;
+                    report.notes.push(format!(
+                        "block {block_net} stays node {}'s: {} address(es) of live pods of node(s) {} keep it, and each of those nodes and {heir} holds its maxBlocksPerNode blocks; run release-node again once they are deleted",
+                        self.node,
+                        block.ips.len(),
+                        live.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
         }
-        if !left {
+        if !left && !stays {
             usage::forget(self.store, self.conf, self.node)?;
         }
         Ok(report)
+    }
+
+    /// Whether `node` may claim one more block of `range` (`maxBlocksPerNode`).
+    fn may_claim(&self, node: &str, range: &Range) -> bool {
+        let Some(max) = self.conf.max_blocks else {
+            return true;
+        };
+        let prefix = aff_prefix(node);
+        let held = self
+            .store
+            .peek(&prefix)
+            .into_iter()
+            .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
+            .filter(|b| range.cidr.contains(b) && b.prefix_len() == range.block_len)
+            .count();
+        held < max
+    }
+
+    /// Hands a gone node's block to `taker`: its pods' addresses there are its own
+    /// now, no longer borrowed; sticky holds stay, each said.
+    fn hand_block(
+        &mut self,
+        key: &str,
+        block: &mut Block,
+        block_net: IpNet,
+        taker: &str,
+        report: &mut ReleaseReport,
+    ) -> Result<(), Error> {
+        let mut live = 0;
+        for (ip, h) in &block.ips {
+            if let Some(until) = h.held_until {
+                report.notes.push(format!(
+                    "address {ip} stays kept for pod {} until {until} (Unix seconds), in block {block_net}, now node {taker}'s",
+                    h.identity.as_deref().unwrap_or("?")
+                ));
+                continue;
+            }
+            live += 1;
+            if h.node != taker {
+                continue;
+            }
+            let own_key = own_key(taker, &h.id, &h.ifname);
+            if let Some(mut own) = read::<Own>(self.store, &own_key)?
+                && own.borrowed.contains(ip)
+            {
+                own.borrowed.retain(|b| b != ip);
+                write(self.store, &own_key, &own)?;
+            }
+        }
+        report.notes.push(format!(
+            "block {block_net} is handed to node {taker}, not freed: it holds {live} address(es) of live pods; {taker} frees it once it is empty"
+        ));
+        block.node = taker.to_string();
+        write(self.store, key, block)?;
+        self.mine = None;
+        self.store
+            .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
+        self.store
+            .put(&format!("{}{block_net}", aff_prefix(taker)), b"")
+    }
+
+    /// Releases the addresses kept for sticky pods in `block` (no node may take the
+    /// block), each said: their pods get new addresses.
+    fn drop_sticky_holds(
+        &mut self,
+        block: &mut Block,
+        block_net: IpNet,
+        report: &mut ReleaseReport,
+    ) -> Result<(), Error> {
+        let kept: Vec<(IpAddr, Option<String>)> = block
+            .ips
+            .iter()
+            .filter(|(_, h)| h.held_until.is_some())
+            .map(|(ip, h)| (*ip, h.identity.clone()))
+            .collect();
+        for (ip, identity) in kept {
+            block.ips.remove(&ip);
+            if let Some(identity) = &identity {
+                let key = sticky_key(identity);
+                if let Some(mut sticky) = read::<Sticky>(self.store, &key)? {
+                    sticky.ips.retain(|k| *k != ip);
+                    match sticky.ips.is_empty() {
+                        true => self.store.delete(&key).map(drop)?,
+                        false => write(self.store, &key, &sticky)?,
+                    }
+                }
+            }
+            report.notes.push(format!(
+                "address {ip}, kept for pod {}, is released: no node may take block {block_net} within maxBlocksPerNode, so the pod gets a new address at its next ADD",
+                identity.as_deref().unwrap_or("?")
+            ));
+        }
+        block.note_if_empty(self.now);
+        Ok(())
     }
 }
 

@@ -286,7 +286,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_at_once_and_leaves_the_o
 }
 
 #[test]
-fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node() {
+fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_that_node() {
     let conf = config(json!({"stickySeconds": 300}));
     let mut store = MemoryStore::default();
     let c = add(&mut store, "c", "c1", 1, &conf);
@@ -319,43 +319,114 @@ fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node(
         ClusterPool::release_node(&operator(&conf, "a", 10), "c", false, &mut store).unwrap();
     assert!(report.blocks.is_empty(), "{report:?}");
     assert_eq!(report.addresses.len(), 1, "c1 only: c2 was deleted already");
-    assert!(
-        report.notes[0].contains(&format!("block {block} is handed to node a"))
-            && report.notes[0].contains("1 address(es) of other nodes' pods and 1 kept"),
-        "{:?}",
-        report.notes
+    let sticky_ip = bare(&sticky.ips[0].address).to_string();
+    assert_eq!(
+        report.notes,
+        [
+            format!(
+                "address {sticky_ip} stays kept for pod db/db-0 until 302 (Unix seconds), in block {block}, now node b's"
+            ),
+            format!(
+                "block {block} is handed to node b, not freed: it holds 1 address(es) of live pods; b frees it once it is empty"
+            ),
+        ]
     );
-    assert_eq!(owner(&store, &block).as_deref(), Some("a"));
-    assert!(store.get(&format!("aff/a/{block}")).is_some());
+    assert_eq!(owner(&store, &block).as_deref(), Some("b"));
+    assert!(store.get(&format!("aff/b/{block}")).is_some());
     assert!(store.list("aff/c/").is_empty());
-    // b's pod keeps its address; the sticky pod gets its own back, on node b.
+    // b's pod keeps its address, no longer borrowed: the block is b's.
     assert!(holders(&store, &conf).contains(&("b1".to_string(), wanted)));
+    let listed = ClusterPool::allocations(&operator(&conf, "a", 11), &store).unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|a| !a.attributes.iter().any(|(k, _)| k == "borrowed")),
+        "{listed:?}"
+    );
+    // The sticky pod gets its own back on node b, from b's own block now.
     let back = ClusterPool::add(
         &call(Command::Add, "b", "c3", 20, &conf).with_args(&pod),
         &mut store,
     )
     .unwrap();
-    assert_eq!(
-        bare(&back.ips[0].address),
-        bare(&sticky.ips[0].address),
-        "borrowed by b from the block a holds now"
-    );
-    assert!(back.ips[0].address.ends_with("/32"), "{back:?}");
-    // Once empty (the sticky pod's retention over too), the block goes by its new
-    // node's grace rule.
+    assert_eq!(bare(&back.ips[0].address), sticky_ip);
+    assert!(!back.ips[0].address.ends_with("/32"), "{back:?}");
+    // Once empty, the block goes by its new node's grace rule.
     del(&mut store, "b", "b1", 30, &conf);
     ClusterPool::del(
         &call(Command::Del, "b", "c3", 30, &conf).with_args(&pod),
         &mut store,
     )
     .unwrap();
-    del(&mut store, "a", "nothing", 400, &conf);
+    del(&mut store, "b", "nothing", 400, &conf);
     assert_eq!(
         owner(&store, &block).as_deref(),
-        Some("a"),
+        Some("b"),
         "within the grace"
     );
-    del(&mut store, "a", "nothing", 460, &conf);
+    del(&mut store, "b", "nothing", 460, &conf);
+    assert_eq!(owner(&store, &block), None);
+}
+
+#[test]
+fn a_gone_nodes_block_goes_only_where_max_blocks_per_node_allows() {
+    // Every node holds its one block: nobody may take c's.
+    let conf = config(json!({"stickySeconds": 300, "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let c = add(&mut store, "c", "c1", 1, &conf);
+    add(&mut store, "a", "a1", 1, &conf);
+    let b_own = add(&mut store, "b", "b0", 1, &conf);
+    assert_ne!(block_of(&b_own), block_of(&c));
+    let block = block_of(&c);
+    let IpAddr::V4(network) = block.parse::<IpNet>().unwrap().network() else {
+        unreachable!("an IPv4 pool")
+    };
+    let wanted = std::net::Ipv4Addr::from(u32::from(network) + 5).to_string();
+    ClusterPool::add(
+        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap();
+    let pod = [("K8S_POD_NAMESPACE", "db"), ("K8S_POD_NAME", "db-0")];
+    let sticky = ClusterPool::add(
+        &call(Command::Add, "c", "c2", 1, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    ClusterPool::del(
+        &call(Command::Del, "c", "c2", 2, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+
+    let report =
+        ClusterPool::release_node(&operator(&conf, "a", 10), "c", false, &mut store).unwrap();
+    let sticky_ip = bare(&sticky.ips[0].address).to_string();
+    assert_eq!(
+        report.notes,
+        [
+            format!(
+                "address {sticky_ip}, kept for pod db/db-0, is released: no node may take block {block} within maxBlocksPerNode, so the pod gets a new address at its next ADD"
+            ),
+            format!(
+                "block {block} stays node c's: 1 address(es) of live pods of node(s) b keep it, and each of those nodes and a holds its maxBlocksPerNode blocks; run release-node again once they are deleted"
+            ),
+        ]
+    );
+    assert_eq!(owner(&store, &block).as_deref(), Some("c"));
+    for node in ["a", "b"] {
+        assert_eq!(
+            store.list(&format!("aff/{node}/")).len(),
+            1,
+            "{node} stays within its limit"
+        );
+    }
+    assert!(store.get("sticky/db/db-0").is_none());
+    // Once b's pod is deleted, releasing c again frees the block.
+    del(&mut store, "b", "b1", 20, &conf);
+    let again =
+        ClusterPool::release_node(&operator(&conf, "a", 21), "c", false, &mut store).unwrap();
+    assert_eq!(again.blocks, std::slice::from_ref(&block), "{again:?}");
     assert_eq!(owner(&store, &block), None);
 }
 
