@@ -1032,8 +1032,36 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         "{dry}"
     );
 
-    let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
-    assert!(ok, "{stderr}");
+    // Node c, quiet for 8 s, calls again in the second network: every network is
+    // refused, the first one untouched.
+    let waited = Instant::now();
+    while !release_node(a, &confs[0], "node-c", &["--window", "8s", "--dry-run"]).0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(90),
+            "never quiet for 8 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Call::new("ADD", "c-second-2").run(&second).ok();
+    let (ok, _, stderr) = release_node(a, &confs[0], "node-c", &["--window", "8s"]);
+    assert!(
+        !ok && stderr.contains("code 11") && stderr.contains("network second"),
+        "{stderr}"
+    );
+    assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
+    let waited = Instant::now();
+    let stdout = loop {
+        let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
+        if ok {
+            break stdout;
+        }
+        assert!(stderr.contains("code 11"), "{stderr}");
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "node-c never counted as quiet for 2 s: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         stdout.contains("released 2 address(es) and 1 block(s)"),
         "{stdout}"
@@ -1049,7 +1077,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     assert!(stdout.contains(&format!("block   {c_block}")), "{stdout}");
     // One command released node c from every network of the store.
     assert!(
-        stdout.contains("network second, node node-c: released 1 address(es) and 1 block(s)")
+        stdout.contains("network second, node node-c: released 2 address(es) and 1 block(s)")
             && stdout.contains(second_address.split('/').next().unwrap()),
         "{stdout}"
     );

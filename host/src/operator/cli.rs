@@ -538,6 +538,9 @@ fn release_everywhere(
         }
     }
     networks.insert(0, first);
+    for asked in &networks {
+        release_node::check_quiet(asked, node, options, &mut notes)?;
+    }
     let (mut text, mut never, mut known) =
         (String::new(), Vec::new(), std::collections::BTreeSet::new());
     for (n, asked) in networks.iter().enumerate() {

@@ -141,6 +141,29 @@ pub fn release_node(
     Ok(Released::Report(report))
 }
 
+/// Refuses `node` if it committed to `asked`'s network within the window (unless
+/// `--force`): asked of every network before any is released, so a node still
+/// calling in one network loses nothing in the others.
+pub fn check_quiet(
+    asked: &Asked,
+    node: &str,
+    options: &Options,
+    notes: &mut Vec<String>,
+) -> Result<(), CniError> {
+    // The command's own refusals (an embedded store, the node it runs as) are
+    // release_node's to say.
+    if options.force || !asked.shared() || node == asked.node_name() {
+        return Ok(());
+    }
+    asked.run("release-node", notes, |session| {
+        let now = session.granted_unix();
+        match refusal(&session.last_commits()?, node, now, options.window) {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    })
+}
+
 /// A batch's failure after others committed: what those did, then why it stopped.
 fn partial(e: CniError, done: &nodes::ReleaseReport, batches: usize) -> CniError {
     CniError {
