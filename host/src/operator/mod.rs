@@ -5,6 +5,7 @@
 
 pub mod ask;
 pub mod cli;
+pub mod cni_versions;
 pub mod describe;
 pub mod forget;
 pub mod gc;
