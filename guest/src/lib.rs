@@ -101,7 +101,7 @@ pub use capabilities::{Function, Origin, capabilities};
 pub use inspect::Context;
 pub use migrate::ImportRequest;
 pub use module::IpamModule;
-pub use request::Request;
+pub use request::{IP_ADDRS_ANNOTATION, POD_ANNOTATIONS, Request, annotated_ips_in};
 pub use store::Store;
 pub use wasm_ipam_guest_macros::ipam_module;
 

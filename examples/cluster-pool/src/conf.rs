@@ -44,6 +44,7 @@ struct RawPool {
     warn_percent: Option<u8>,
     sticky_seconds: Option<u64>,
     sticky_pods: Option<StickyPods>,
+    allow_requested: Option<bool>,
 }
 
 /// Which pods of a pool keep their addresses after a DEL (`stickyPods`), when the pool
@@ -83,6 +84,8 @@ pub struct Ipam {
     #[serde(default)]
     sticky_seconds: u64,
     sticky_pods: Option<StickyPods>,
+    /// Every pool's `allowRequested` unless it sets its own.
+    allow_requested: Option<bool>,
     max_blocks_per_node: Option<usize>,
     #[serde(default)]
     strict_affinity: bool,
@@ -99,6 +102,9 @@ pub struct NamedPool {
     /// Past this percent of a range's capacity in use, a call logs a warning.
     pub warn_percent: Option<u8>,
     pub sticky: Sticky,
+    /// Whether a pod may ask for its addresses (annotation, CNI_ARGS `IP`,
+    /// `runtimeConfig.ips`); tenants must not pick addresses where the operator says so.
+    pub allow_requested: bool,
 }
 
 pub struct Conf {
@@ -122,6 +128,7 @@ impl Conf {
                 warn_percent: None,
                 sticky_seconds: None,
                 sticky_pods: None,
+                allow_requested: None,
             }],
             (None, Some(pools)) if !pools.is_empty() => pools,
             _ => {
@@ -172,6 +179,10 @@ impl Conf {
                     seconds: pool.sticky_seconds.unwrap_or(ipam.sticky_seconds),
                     pods: pool.sticky_pods.or(ipam.sticky_pods).unwrap_or_default(),
                 },
+                allow_requested: pool
+                    .allow_requested
+                    .or(ipam.allow_requested)
+                    .unwrap_or(true),
             });
         }
         check(&pools)?;

@@ -210,8 +210,20 @@ fn has_ordinal(name: &str) -> bool {
     })
 }
 
-/// Addresses asked for: CNI_ARGS `IP` (comma-separated) and `runtimeConfig.ips`.
+/// Addresses asked for: the pod annotation `wasm-ipam.io/ip-addrs`, CNI_ARGS `IP`
+/// (comma-separated) and `runtimeConfig.ips`.
 fn requested(request: &Request) -> Result<Vec<IpAddr>, Error> {
+    let mut ips = request.annotated_ips()?;
+    for ip in asked_otherwise(request)? {
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(ips)
+}
+
+/// Addresses asked for by CNI_ARGS `IP` and `runtimeConfig.ips`.
+fn asked_otherwise(request: &Request) -> Result<Vec<IpAddr>, Error> {
     let mut texts: Vec<String> = request
         .arg("IP")
         .map(|v| v.split(',').map(str::to_string).collect())
@@ -984,6 +996,17 @@ impl IpamModule for ClusterPool {
             held_until: None,
         };
         let requested = requested(request)?;
+        if let Some(ip) = requested.first()
+            && !pool.allow_requested
+        {
+            return Err(Error::new(
+                codes::REQUESTS_REFUSED,
+                format!(
+                    "requested address {ip}: pool {:?} refuses requested addresses (allowRequested: false)",
+                    pool.name
+                ),
+            ));
+        }
         let mut call = Call::new(store, &conf, node, now);
         // Each address and whether it is borrowed from another node's block.
         let mut got: Vec<(IpAddr, bool)> = Vec::new();

@@ -1081,3 +1081,76 @@ fn a_deployments_pods_free_their_address_at_del_and_a_statefulsets_keep_it() {
     let back = ClusterPool::add(&pod("db-0", Command::Add, 3), &mut store).unwrap();
     assert_eq!(bare(&back.ips[0].address), db);
 }
+
+#[test]
+fn a_pod_annotation_asks_for_fixed_addresses_and_each_refusal_names_the_address() {
+    let conf = config(json!({"cidr": "10.9.0.0/26"}));
+    let annotated = |ips: &str| {
+        let mut c = conf.clone();
+        c["runtimeConfig"] =
+            json!({"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": ips}});
+        c
+    };
+    let mut store = MemoryStore::default();
+    let vm = annotated(r#"["10.9.0.20"]"#);
+    let got = ClusterPool::add(&call(Command::Add, "a", "vm-1", 1, &vm), &mut store).unwrap();
+    assert_eq!(bare(&got.ips[0].address), "10.9.0.20");
+    // Taken: the next pod asking for it is told who holds it.
+    let err = ClusterPool::add(&call(Command::Add, "a", "other", 1, &vm), &mut store).unwrap_err();
+    assert!(
+        err.msg
+            .contains("requested address 10.9.0.20 is held by container \"vm-1\""),
+        "{}",
+        err.msg
+    );
+    // Outside the pod's pool; not a JSON list; two of one family.
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "x", 1, &annotated(r#"["10.99.0.1"]"#)),
+        &mut store,
+    )
+    .unwrap_err();
+    assert!(
+        err.msg
+            .contains("requested address 10.99.0.1 is not in pool"),
+        "{}",
+        err.msg
+    );
+    for bad in ["10.9.0.21", r#"["10.9.0.21", "10.9.0.22"]"#, r#"["nope"]"#] {
+        let err = ClusterPool::add(
+            &call(Command::Add, "a", "x", 1, &annotated(bad)),
+            &mut store,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{bad}");
+        assert!(
+            err.msg.contains("pod annotation wasm-ipam.io/ip-addrs is"),
+            "{}",
+            err.msg
+        );
+    }
+    // Freed by GC (its sandbox gone), the address is the pod's again at its next ADD.
+    ClusterPool::gc(&call(Command::Gc, "a", "", 2, &conf), &[], &mut store).unwrap();
+    let again = ClusterPool::add(&call(Command::Add, "a", "vm-2", 3, &vm), &mut store).unwrap();
+    assert_eq!(bare(&again.ips[0].address), "10.9.0.20");
+    // A pool that refuses requested addresses refuses this one, whatever asks for it.
+    let strict = config(json!({"cidr": "10.9.0.0/26", "allowRequested": false}));
+    let mut refused = strict.clone();
+    refused["runtimeConfig"] =
+        json!({"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": r#"["10.9.0.30"]"#}});
+    let mut store = MemoryStore::default();
+    let err = ClusterPool::add(&call(Command::Add, "a", "t", 1, &refused), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::REQUESTS_REFUSED);
+    assert!(
+        err.msg
+            .contains("requested address 10.9.0.30: pool \"default\" refuses"),
+        "{}",
+        err.msg
+    );
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "t", 1, &strict).with_args(&[("IP", "10.9.0.31")]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::REQUESTS_REFUSED);
+    assert!(store.list("").is_empty(), "nothing written");
+}
