@@ -55,6 +55,10 @@ pub struct HostIpamConfig {
     pub limits: Limits,
     /// Where the network's entries live: the embedded store in `dataDir`, or etcd.
     pub store: StoreConfig,
+    /// `strictStatus`: CNI STATUS fails (code 50) also for what fails only some ADDs
+    /// (a pool exhausted, the cluster store unreachable), the CNI spec's strict
+    /// reading; by default it fails only for this node's own faults.
+    pub strict_status: bool,
 }
 
 /// `ipam.store`: which backend holds the network's entries.
@@ -260,6 +264,7 @@ struct RawHostIpam {
     #[serde(rename = "compileMemoryMiB")]
     compile_memory_mib: Option<u64>,
     store: Option<RawStore>,
+    strict_status: Option<bool>,
 }
 
 /// Netconf keys that belong to one call, not to the network.
@@ -523,6 +528,7 @@ impl HostIpamConfig {
             node_name: raw.node_name.map(checked_node_name).transpose()?,
             limits,
             store,
+            strict_status: raw.strict_status.unwrap_or(false),
         })
     }
 }

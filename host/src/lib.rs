@@ -13,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod fuzz;
+pub mod health;
 pub mod limits;
 pub mod lock;
 pub mod log_rotation;

@@ -43,6 +43,7 @@ pub const OWN_TARGETS: &[&str] = &[
     "gc",
     "reserve",
     "release-node",
+    "status",
 ];
 
 /// The environment variable that adds targets to the log, as `RUST_LOG` does

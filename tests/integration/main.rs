@@ -27,6 +27,7 @@ mod pipeline;
 mod pools;
 mod protocol;
 mod static_py;
+mod status;
 mod store;
 mod supply_chain;
 mod tutorial;

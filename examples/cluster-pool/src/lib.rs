@@ -974,80 +974,97 @@ fn result(conf: &Conf, ips: &[IpAddr], borrowed: &[IpAddr]) -> IpamResult {
 
 pub struct ClusterPool;
 
+/// ADD: the attachment's addresses (again, if it has them), one per range of its pool.
+fn add_attachment(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+    let conf = Conf::of(request)?;
+    let node = request.node_name();
+    let now = request.lock_granted_at().seconds;
+    let (id, ifname) = (request.container_id(), request.ifname());
+    let key = own_key(node, id, ifname);
+    if let Some(own) = read::<Own>(store, &key)? {
+        return Ok(result(&conf, &own.ips, &own.borrowed));
+    }
+    let pool = select::pool_for(&conf, request)?;
+    let identity = identity(request, pool)?;
+    let holder = Holder {
+        id: id.to_string(),
+        ifname: ifname.to_string(),
+        node: node.to_string(),
+        since: now,
+        identity: None,
+        held_until: None,
+    };
+    let requested = requested(request)?;
+    if let Some(ip) = requested.first()
+        && !pool.allow_requested
+    {
+        return Err(Error::new(
+            codes::REQUESTS_REFUSED,
+            format!(
+                "requested address {ip}: pool {:?} refuses requested addresses (allowRequested: false)",
+                pool.name
+            ),
+        ));
+    }
+    let mut call = Call::new(store, &conf, node, now);
+    // Each address and whether it is borrowed from another node's block.
+    let mut got: Vec<(IpAddr, bool)> = Vec::new();
+    if let Some(identity) = &identity {
+        got = call.reclaim(identity, &holder)?;
+    }
+    for ip in requested {
+        if got.iter().any(|(held, _)| *held == ip) {
+            continue;
+        }
+        let range = pool
+            .ranges
+            .iter()
+            .find(|r| r.cidr.contains(&ip))
+            .ok_or_else(|| {
+                Error::invalid_config(format!(
+                    "requested address {ip} is not in pool {:?}, the pod's",
+                    pool.name
+                ))
+            })?;
+        got.push((ip, call.take(range, ip, &holder)?));
+    }
+    for range in &pool.ranges {
+        if !got
+            .iter()
+            .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
+        {
+            got.push(call.next(&pool.name, range, &holder)?);
+        }
+    }
+    let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
+    let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
+    let own = Own {
+        ips: ips.clone(),
+        since: now,
+        identity,
+        borrowed: borrowed.clone(),
+    };
+    write(call.store, &key, &own)?;
+    call.account(&ips)?;
+    Ok(result(&conf, &ips, &borrowed))
+}
+
 #[wasm_ipam_guest::ipam_module]
 impl IpamModule for ClusterPool {
+    /// ADD, and what it learned for CNI STATUS (`readiness`): a pool this node found
+    /// exhausted (or could only borrow from under `strictAffinity`) is reported degraded,
+    /// the node staying ready; the next ADD that gets an address, or a DEL that frees
+    /// one, clears it.
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
-        let conf = Conf::of(request)?;
-        let node = request.node_name();
-        let now = request.lock_granted_at().seconds;
-        let (id, ifname) = (request.container_id(), request.ifname());
-        let key = own_key(node, id, ifname);
-        if let Some(own) = read::<Own>(store, &key)? {
-            return Ok(result(&conf, &own.ips, &own.borrowed));
-        }
-        let pool = select::pool_for(&conf, request)?;
-        let identity = identity(request, pool)?;
-        let holder = Holder {
-            id: id.to_string(),
-            ifname: ifname.to_string(),
-            node: node.to_string(),
-            since: now,
-            identity: None,
-            held_until: None,
-        };
-        let requested = requested(request)?;
-        if let Some(ip) = requested.first()
-            && !pool.allow_requested
-        {
-            return Err(Error::new(
-                codes::REQUESTS_REFUSED,
-                format!(
-                    "requested address {ip}: pool {:?} refuses requested addresses (allowRequested: false)",
-                    pool.name
-                ),
-            ));
-        }
-        let mut call = Call::new(store, &conf, node, now);
-        // Each address and whether it is borrowed from another node's block.
-        let mut got: Vec<(IpAddr, bool)> = Vec::new();
-        if let Some(identity) = &identity {
-            got = call.reclaim(identity, &holder)?;
-        }
-        for ip in requested {
-            if got.iter().any(|(held, _)| *held == ip) {
-                continue;
+        let added = add_attachment(request, store);
+        match &added {
+            Ok(_) => readiness::degraded(&[]),
+            Err(e) if [codes::EXHAUSTED, codes::BLOCK_LIMIT].contains(&e.code) => {
+                readiness::degraded(std::slice::from_ref(e))
             }
-            let range = pool
-                .ranges
-                .iter()
-                .find(|r| r.cidr.contains(&ip))
-                .ok_or_else(|| {
-                    Error::invalid_config(format!(
-                        "requested address {ip} is not in pool {:?}, the pod's",
-                        pool.name
-                    ))
-                })?;
-            got.push((ip, call.take(range, ip, &holder)?));
+            Err(_) => {}
         }
-        for range in &pool.ranges {
-            if !got
-                .iter()
-                .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
-            {
-                got.push(call.next(&pool.name, range, &holder)?);
-            }
-        }
-        let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
-        let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
-        let own = Own {
-            ips: ips.clone(),
-            since: now,
-            identity,
-            borrowed: borrowed.clone(),
-        };
-        write(call.store, &key, &own)?;
-        call.account(&ips)?;
-        Ok(result(&conf, &ips, &borrowed))
+        added
     }
 
     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
@@ -1056,6 +1073,9 @@ impl IpamModule for ClusterPool {
         let mut call = Call::new(store, &conf, request.node_name(), now);
         let released = call.release_attachment(request.container_id(), request.ifname())?;
         call.account(&released)?;
+        if !released.is_empty() {
+            readiness::degraded(&[]);
+        }
         call.upkeep(upkeep::start_for(request.container_id(), now))
     }
 
@@ -1171,12 +1191,14 @@ impl IpamModule for ClusterPool {
             .into_iter()
             .filter(|row| row.kind == UsageKind::Pool)
             .map(|row| {
+                // inspect's counts saturate at 2^64-1 (`wide-usage` is exact).
+                let narrow = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
                 let pool = wasm_ipam_guest::Pool::new(row.name)
-                    .in_use(row.in_use)
-                    .cooling_down(row.cooling_down)
-                    .excluded(row.reserved);
+                    .in_use(narrow(row.in_use))
+                    .cooling_down(narrow(row.cooling_down))
+                    .excluded(narrow(row.reserved));
                 match row.capacity {
-                    Some(capacity) => pool.capacity(capacity).free_from_capacity(),
+                    Some(capacity) => pool.capacity(narrow(capacity)).free_from_capacity(),
                     None => pool,
                 }
             })

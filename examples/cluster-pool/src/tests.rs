@@ -798,11 +798,19 @@ fn a_node_with_no_free_block_borrows_until_the_pool_is_exhausted() {
         "{borrowed:?}"
     );
     assert!(store.list("aff/a/").is_empty(), "a claimed nothing");
+    let _ = wasm_ipam_guest::readiness::last_reported();
     let err = ClusterPool::add(&call(Command::Add, "a", "a12", 1, &conf), &mut store).unwrap_err();
     assert_eq!(err.code, codes::EXHAUSTED);
     assert!(err.msg.contains("exhausted"), "{}", err.msg);
+    // STATUS learns it from the ADD (degraded, still ready); a DEL clears it.
+    assert_eq!(
+        wasm_ipam_guest::readiness::last_reported(),
+        Some(vec![err.clone()])
+    );
     let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
     assert_eq!((rows[0].in_use, rows[0].free), (13, Some(0)), "{rows:?}");
+    del(&mut store, "a", "a0", 2, &conf);
+    assert_eq!(wasm_ipam_guest::readiness::last_reported(), Some(vec![]));
 }
 
 /// The block of `cidr`'s address in `range` cut into /28s.

@@ -151,10 +151,6 @@ fn held(block: &Block, kept: &Kept, now: u64) -> Held {
     h
 }
 
-fn to_u64(n: u128) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
 /// The `usage` rows: one per range of each pool (the network's partition), then one
 /// per claimed block of it, with its node.
 pub fn rows(store: &impl Store, conf: &Conf, now: u64) -> Result<Vec<PoolUsage>, Error> {
@@ -181,24 +177,26 @@ pub fn rows(store: &impl Store, conf: &Conf, now: u64) -> Result<Vec<PoolUsage>,
                 cooling += h.kept;
                 borrowed += h.borrowed;
                 reserved_held += h.reserved_held;
-                let reserved = to_u64(kept.in_block(range, *net)).saturating_sub(h.reserved_held);
+                let reserved = kept
+                    .in_block(range, *net)
+                    .saturating_sub(h.reserved_held.into());
                 block_rows.push(
                     PoolUsage::block(net, &name)
                         .node(&block.node)
-                        .capacity(to_u64(range.usable()))
-                        .in_use(h.in_use)
-                        .cooling_down(h.kept)
-                        .borrowed(h.borrowed)
+                        .capacity(range.usable())
+                        .in_use(h.in_use.into())
+                        .cooling_down(h.kept.into())
+                        .borrowed(h.borrowed.into())
                         .reserved(reserved)
                         .free_from_capacity(),
                 );
             }
-            let reserved = to_u64(kept.in_range(range)).saturating_sub(reserved_held);
+            let reserved = kept.in_range(range).saturating_sub(reserved_held.into());
             let mut row = PoolUsage::pool(&name)
-                .capacity(to_u64(capacity(range)))
-                .in_use(in_use)
-                .cooling_down(cooling)
-                .borrowed(borrowed)
+                .capacity(capacity(range))
+                .in_use(in_use.into())
+                .cooling_down(cooling.into())
+                .borrowed(borrowed.into())
                 .reserved(reserved)
                 .free_from_capacity();
             if let Some(percent) = pool.warn_percent {

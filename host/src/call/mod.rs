@@ -1,6 +1,9 @@
 //! One CNI call from start to finish: decode and validate the call, then run it
 //! through the one locked pipeline ([`crate::pipeline`], where the order that is the
-//! point of wasm-ipam is written), then answer.
+//! point of wasm-ipam is written), then answer. STATUS alone is answered without the
+//! lock ([`status`]).
+
+mod status;
 
 use crate::caller;
 use crate::cni::{self, Command, Invocation};
@@ -61,12 +64,18 @@ fn run(
     let json = json?;
     cni::check_version(invocation.command, &config::cni_version_of(&json))?;
     let conf = NetConf::from_json(json, stdin)?;
+    if invocation.command == Command::Status {
+        if let Some(path) = &conf.ipam.log_file {
+            crate::logging::init(path, conf.ipam.limits.log_rotation, conf.ipam.log_level);
+        }
+        return status::answer(&conf.name, &conf.ipam).map(|()| None);
+    }
     let module_config = conf.module_config()?;
     let call = match invocation.command {
         Command::Add => Call::Add,
         Command::Del => Call::Del,
         Command::Check => Call::Check,
-        Command::Status => Call::Status,
+        Command::Status => unreachable!("answered above"),
         Command::Gc => Call::Gc(
             conf.valid_attachments()?
                 .into_iter()

@@ -658,8 +658,14 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 })?,
                 None => Vec::new(),
             };
+            // What the node's calls recorded for STATUS: local, so it shows even when
+            // the cluster store cannot be asked.
+            let conditions: Vec<_> = crate::health::all(&place.data_dir)
+                .into_iter()
+                .filter(|(n, _)| network.as_deref().is_none_or(|wanted| wanted == n))
+                .collect();
             let text = if prometheus {
-                metrics::prometheus(&stats, &timings)
+                metrics::prometheus(&stats, &conditions, &timings)
             } else {
                 metrics::table(&stats, &timings, log_file.as_deref())
             };

@@ -5,7 +5,7 @@
 //! stranger's code and its answer reaches an operator's terminal.
 
 use crate::error::CniError;
-use crate::module::bindings::{inspect, reservations, usage};
+use crate::module::bindings::{inspect, reservations, usage, wide_usage};
 use crate::module::instance::{Answer, Work};
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::table::{Align, Table};
@@ -50,15 +50,15 @@ pub struct PoolStats {
     /// For a block, the node it belongs to.
     pub node: Option<String>,
     /// Addresses the pool can hand out, if the module knows it.
-    pub capacity: Option<u64>,
-    pub in_use: u64,
-    pub excluded: u64,
-    pub cooling_down: u64,
+    pub capacity: Option<u128>,
+    pub in_use: u128,
+    pub excluded: u128,
+    pub cooling_down: u128,
     /// Kept out of use by a reservation (not in use).
-    pub reserved: u64,
+    pub reserved: u128,
     /// Of in use, held in another node's block.
-    pub borrowed: u64,
-    pub free: Option<u64>,
+    pub borrowed: u128,
+    pub free: Option<u128>,
     /// The module's warning threshold, percent of capacity in use.
     pub warn_percent: Option<u8>,
 }
@@ -79,13 +79,13 @@ pub struct Reservation {
 pub struct NetworkStats {
     pub network: String,
     /// Known only if every pool's is.
-    pub capacity: Option<u64>,
-    pub in_use: u64,
-    pub excluded: u64,
-    pub cooling_down: u64,
-    pub reserved: u64,
-    pub borrowed: u64,
-    pub free: Option<u64>,
+    pub capacity: Option<u128>,
+    pub in_use: u128,
+    pub excluded: u128,
+    pub cooling_down: u128,
+    pub reserved: u128,
+    pub borrowed: u128,
+    pub free: Option<u128>,
     pub pools: Vec<PoolStats>,
     /// The blocks of its pools, when the module reports them.
     pub blocks: Vec<PoolStats>,
@@ -290,21 +290,27 @@ pub fn network_stats(
 }
 
 /// `inspect`'s pool record as a pool row.
-fn pool_row(p: inspect::Pool) -> usage::PoolUsage {
-    usage::PoolUsage {
+fn pool_row(p: inspect::Pool) -> wide_usage::PoolUsage {
+    let count = |n: u64| wide_usage::Count { high: 0, low: n };
+    wide_usage::PoolUsage {
         kind: usage::Kind::Pool,
         name: p.name,
         parent: None,
         node: None,
-        capacity: p.capacity,
-        in_use: p.in_use,
-        excluded: p.excluded,
-        cooling_down: p.cooling_down,
-        reserved: 0,
-        borrowed: 0,
-        free: p.free,
+        capacity: p.capacity.map(count),
+        in_use: count(p.in_use),
+        excluded: count(p.excluded),
+        cooling_down: count(p.cooling_down),
+        reserved: count(0),
+        borrowed: count(0),
+        free: p.free.map(count),
         warn_percent: None,
     }
+}
+
+/// A count as one number.
+fn exact(c: wide_usage::Count) -> u128 {
+    (u128::from(c.high) << 64) | u128::from(c.low)
 }
 
 fn checked_reservation(network: &str, r: reservations::Reservation) -> Reservation {
@@ -352,19 +358,19 @@ fn field(text: &str) -> String {
     crate::limits::truncated(text, MAX_FIELD_BYTES).to_string()
 }
 
-fn totals(network: &str, rows: Vec<usage::PoolUsage>) -> NetworkStats {
-    let row = |p: usage::PoolUsage| PoolStats {
+fn totals(network: &str, rows: Vec<wide_usage::PoolUsage>) -> NetworkStats {
+    let row = |p: wide_usage::PoolUsage| PoolStats {
         network: network.to_string(),
         pool: field(&p.name),
         parent: p.parent.as_deref().map(field),
         node: p.node.as_deref().map(field),
-        capacity: p.capacity,
-        in_use: p.in_use,
-        excluded: p.excluded,
-        cooling_down: p.cooling_down,
-        reserved: p.reserved,
-        borrowed: p.borrowed,
-        free: p.free,
+        capacity: p.capacity.map(exact),
+        in_use: exact(p.in_use),
+        excluded: exact(p.excluded),
+        cooling_down: exact(p.cooling_down),
+        reserved: exact(p.reserved),
+        borrowed: exact(p.borrowed),
+        free: p.free.map(exact),
         warn_percent: p.warn_percent.filter(|p| *p <= 100),
     };
     let (pools, blocks): (Vec<_>, Vec<_>) = rows
@@ -373,10 +379,10 @@ fn totals(network: &str, rows: Vec<usage::PoolUsage>) -> NetworkStats {
         .partition(|p| p.kind == usage::Kind::Pool);
     let pools: Vec<PoolStats> = pools.into_iter().take(MAX_POOLS).map(row).collect();
     let blocks: Vec<PoolStats> = blocks.into_iter().map(row).collect();
-    let sum = |f: fn(&PoolStats) -> Option<u64>| -> Option<u64> {
+    let sum = |f: fn(&PoolStats) -> Option<u128>| -> Option<u128> {
         pools
             .iter()
-            .try_fold(0u64, |total, p| Some(total.saturating_add(f(p)?)))
+            .try_fold(0u128, |total, p| Some(total.saturating_add(f(p)?)))
     };
     NetworkStats {
         network: network.to_string(),
@@ -442,7 +448,11 @@ mod tests {
                 pool("b", Some(u64::MAX), Some(3)),
             ],
         );
-        assert_eq!(both.capacity, Some(u64::MAX), "saturates");
+        assert_eq!(
+            both.capacity,
+            Some(u128::from(u64::MAX) + 10),
+            "exact past 2^64"
+        );
         assert_eq!((both.in_use, both.excluded, both.free), (4, 2, Some(9)));
         let one_unknown = totals(
             "n",
@@ -453,21 +463,32 @@ mod tests {
     }
 
     #[test]
+    fn wide_counts_are_exact() {
+        let wide = |high: u64, low: u64| wide_usage::Count { high, low };
+        assert_eq!(exact(wide(0, 5)), 5);
+        // A /48 of IPv6: 2^80 addresses.
+        assert_eq!(exact(wide(1 << 16, 0)), 1u128 << 80);
+        assert_eq!(exact(wide(u64::MAX, u64::MAX)), u128::MAX);
+    }
+
+    #[test]
     fn block_rows_are_shown_apart_and_never_summed() {
-        let row = |kind: usage::Kind, name: &str, in_use: u64, borrowed: u64| usage::PoolUsage {
-            kind,
-            name: name.into(),
-            parent: (kind == usage::Kind::Block).then(|| "pool p 10.0.0.0/24".into()),
-            node: None,
-            capacity: Some(61),
-            in_use,
-            excluded: 0,
-            cooling_down: 0,
-            reserved: 3,
-            borrowed,
-            free: None,
-            warn_percent: Some(101),
-        };
+        let count = |n: u64| wide_usage::Count { high: 0, low: n };
+        let row =
+            |kind: usage::Kind, name: &str, in_use: u64, borrowed: u64| wide_usage::PoolUsage {
+                kind,
+                name: name.into(),
+                parent: (kind == usage::Kind::Block).then(|| "pool p 10.0.0.0/24".into()),
+                node: None,
+                capacity: Some(count(61)),
+                in_use: count(in_use),
+                excluded: count(0),
+                cooling_down: count(0),
+                reserved: count(3),
+                borrowed: count(borrowed),
+                free: None,
+                warn_percent: Some(101),
+            };
         let stats = totals(
             "n",
             vec![

@@ -20,8 +20,9 @@
 
 mod report;
 
-use crate::config::{HostIpamConfig, NetConf};
+use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
+use crate::health::{self, Condition, StoreSeen};
 use crate::lock::{self, deadline::Deadline};
 use crate::logging;
 use crate::module::bindings::types;
@@ -128,6 +129,20 @@ pub fn run<T>(
     let mut report = Report::default();
     let (result, loaded) = locked(network, caller_gone, &steps, &mut report);
     report::log(label, network, started, &report, result.as_ref().err());
+    let now = report.timings.as_ref().map_or(0, |t| {
+        t.granted
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+    });
+    if let Err(e) = health::record(
+        &network.ipam.data_dir,
+        &network.name,
+        &report.guest.learned,
+        now,
+    ) {
+        tracing::warn!(target: "status", "cannot record what this call learned for STATUS: {e}");
+    }
     Ran {
         full: result.is_ok() && report.guest.full,
         result,
@@ -199,6 +214,14 @@ struct Loaded {
     module: LoadedModule,
 }
 
+/// Whether the network's module can be run: read, verified against its pin and
+/// trust policy, and compiled (or found in the cache), as a call does before the
+/// lock; nothing is instantiated. For CNI STATUS.
+pub fn check_module(ipam: &HostIpamConfig) -> Result<(), CniError> {
+    // Left to the exit, as a call's is (see `Ran::leave_loaded_to_exit`).
+    load(ipam).map(std::mem::forget)
+}
+
 /// Before the lock: read, verify and compile (or fetch from the cache) the module.
 fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
     let host = ModuleHost::new()?;
@@ -227,15 +250,28 @@ fn attempts<T>(
     report: &mut GuestReport,
 ) -> Result<(T, Written), CniError> {
     let ipam = &network.ipam;
-    let mut store = store::open_with(
+    let opened = store::open_with(
         &ipam.store,
         &ipam.data_dir,
         &ipam.node_name(),
         deadline.remaining(),
-    )?;
+    );
+    let mut store = match opened {
+        Ok(store) => store,
+        Err(e) => {
+            if matches!(ipam.store, StoreConfig::Etcd(_)) {
+                report.learned.store = StoreSeen::Unreached(Condition {
+                    code: e.code,
+                    msg: e.msg.clone(),
+                });
+            }
+            return Err(e);
+        }
+    };
     report.store_open = deadline.elapsed();
     test_panic("under-lock");
     let result = loop {
+        report.learned.degraded = None;
         let mut session = Session {
             loaded,
             network,
@@ -262,6 +298,7 @@ fn attempts<T>(
         break result;
     };
     report.etcd = store.etcd_figures();
+    report.learned.store = store.seen();
     result
 }
 
@@ -335,6 +372,11 @@ impl Session<'_> {
         outcome.state.log_output();
         self.report.log_dropped += outcome.state.log.dropped();
         self.log.extend(outcome.state.log.take_lines());
+        if let Some(degraded) = outcome.state.readiness.take()
+            && writes == Writes::Commit
+        {
+            self.report.learned.degraded = Some(degraded);
+        }
         let (store, changes) = outcome.state.store.into_parts();
         self.store = Some(store);
         let answer = outcome.result?;

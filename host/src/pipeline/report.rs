@@ -69,6 +69,8 @@ pub(super) struct GuestReport {
     pub etcd: Option<store::etcd::Figures>,
     /// Its commit filled the store's transaction ([`super::Ran::full`]).
     pub full: bool,
+    /// What the run learned for CNI STATUS ([`crate::health`]).
+    pub learned: crate::health::Learned,
 }
 
 pub(super) fn log(

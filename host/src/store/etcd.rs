@@ -35,6 +35,7 @@ use super::{
 };
 use crate::config::EtcdConfig;
 use crate::error::{CniError, code};
+use crate::health::{Condition, StoreSeen};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KeyValue,
     KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse,
@@ -109,6 +110,8 @@ struct State {
     conflicted: bool,
     figures: Figures,
     served_by: Option<(String, ServedBy)>,
+    /// Whether the last request was answered, for CNI STATUS ([`crate::health`]).
+    seen: StoreSeen,
 }
 
 impl EtcdStore {
@@ -218,6 +221,29 @@ impl EtcdStore {
     /// in turn (pausing between rounds) until one answers or the bound is reached.
     /// `resend` says which failed tries may be sent again.
     fn request<T, F, Fut>(
+        &self,
+        what: &str,
+        resend: Resend,
+        make: F,
+    ) -> Result<Answered<T>, CniError>
+    where
+        T: Send + 'static,
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    {
+        let answered = self.request_members(what, resend, make);
+        self.state.borrow_mut().seen = match &answered {
+            Ok(_) => StoreSeen::Reached,
+            Err(e) => StoreSeen::Unreached(Condition {
+                code: e.code,
+                msg: e.msg.clone(),
+            }),
+        };
+        answered
+    }
+
+    /// [`Self::request`], sent to each member in turn.
+    fn request_members<T, F, Fut>(
         &self,
         what: &str,
         resend: Resend,
@@ -905,6 +931,10 @@ impl Store for EtcdStore {
 
     fn etcd_figures(&self) -> Option<Figures> {
         Some(self.figures())
+    }
+
+    fn seen(&self) -> StoreSeen {
+        self.state.borrow().seen.clone()
     }
 }
 

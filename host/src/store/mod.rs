@@ -265,6 +265,12 @@ pub trait Store: Send {
         None
     }
 
+    /// Whether a cluster store answered this call's last request, for CNI STATUS
+    /// ([`crate::health`]); `Unknown` for the embedded store.
+    fn seen(&self) -> crate::health::StoreSeen {
+        crate::health::StoreSeen::Unknown
+    }
+
     /// Every entry of `network` whose key starts with `prefix`, in key order.
     fn list(&self, network: &str, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, CniError> {
         let mut out = Vec::new();
