@@ -638,3 +638,77 @@ fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_no
         "{again} vs {db}"
     );
 }
+
+/// IPv6 pools count exactly past 2^64 addresses: a /48 in the default /122 blocks
+/// holds 61 × 2^74 usable addresses, a /64 61 × 2^58, in the table, `--json` and
+/// Prometheus alike (docs/cluster.md, "Pool use and exhaustion").
+#[test]
+fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus() {
+    let etcd = Etcd::start(1);
+    let ipam = json!({"pools": [
+        {"name": "default", "cidr": ["10.84.0.0/24", "fd84::/64"], "default": true},
+        {"name": "wide", "cidr": ["fd85::/48"], "namespaces": ["wide"]},
+    ]});
+    let (nodes, confs) = cluster(&etcd, "/v6/", &ipam);
+    Call::new("ADD", "c1")
+        .env("CNI_ARGS", pod_args("web", "1"))
+        .run(&confs[0])
+        .ok();
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let wide = 61u128 << 74;
+    let slash64 = 61u128 << 58;
+    assert_eq!(wide.to_string(), "1152257421820193432141824");
+    let docs = std::fs::read_to_string(workspace().join("docs/cluster.md")).unwrap();
+    assert!(docs.contains(&format!("2^74 blocks × 61 = {wide}")));
+
+    let (ok, json_out, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--json"]);
+    assert!(ok, "{stderr}");
+    // Exact integers in the text (a reader parsing numbers as doubles would round).
+    let stats: Value = serde_json::from_str(&json_out).unwrap();
+    let names: Vec<&str> = stats[0]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pool default 10.84.0.0/24",
+            "pool default fd84::/64",
+            "pool wide fd85::/48"
+        ]
+    );
+    for capacity in [244, slash64, wide, wide + slash64 + 244] {
+        let field = format!("\"capacity\": {capacity},");
+        assert!(json_out.contains(&field), "no {field} in {json_out}");
+    }
+
+    let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    let line = format!(
+        "wasm_ipam_pool_addresses_capacity{{network=\"testnet\",pool=\"pool wide fd85::/48\"}} {wide}"
+    );
+    assert!(prom.lines().any(|l| l == line), "no {line:?} in\n{prom}");
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(value, wide as f64, "a float reads it");
+
+    // The table: exact, and every row's CAPACITY cell ends where the header's does.
+    let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["stats"]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains(&wide.to_string()), "{table}");
+    let lines: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.contains("CAPACITY"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(lines.len() >= 4, "{table}");
+    let capacity_end = lines[0].find("CAPACITY").unwrap() + "CAPACITY".len();
+    for row in &lines[1..] {
+        let cell_end = row[..capacity_end.min(row.len())].trim_end().len();
+        assert_eq!(
+            cell_end, capacity_end,
+            "CAPACITY is not right-aligned in {row:?}\n{table}"
+        );
+    }
+}

@@ -139,6 +139,10 @@ enum Operation {
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
+        /// Each network's totals, pools (and with --blocks, blocks) as JSON, counts
+        /// exact (IPv6 pools past 2^64 addresses too).
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
         /// Also count each network's leak candidates (what `wasm-ipam gc` would
         /// release now, with --grace), asking this CRI runtime.
         #[arg(long)]
@@ -619,6 +623,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             since,
             blocks,
             prometheus,
+            json,
             runtime_endpoint,
             valid_from,
             grace,
@@ -664,6 +669,9 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 .into_iter()
                 .filter(|(n, _)| network.as_deref().is_none_or(|wanted| wanted == n))
                 .collect();
+            if json {
+                return Ok(json_output(&stats, notes, failed));
+            }
             let text = if prometheus {
                 metrics::prometheus(&stats, &conditions, &timings)
             } else {
