@@ -6,6 +6,7 @@ mod abandoned;
 mod authoring;
 mod bad_input;
 mod cache;
+mod cluster_guide;
 mod contract;
 mod crash;
 mod deadline;
