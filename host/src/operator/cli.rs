@@ -1,6 +1,9 @@
 //! Operator commands (`wasm-ipam list`, `stats`, `store check/backup/restore`,
-//! `import-host-local`, `gc`, `release-node`, ...). They take the
-//! same host-wide lock as CNI calls, so they see and write a consistent store.
+//! `import-host-local`, `gc`, `release-node`, ...). Those that read or write a node's
+//! store take the same host-wide lock as CNI calls, so they see and write a
+//! consistent store; those that touch no store (`inspect`, `pull`, `push`, `new`,
+//! `try`, `install`) take none (`inspect` and `try` run on a lock and store of their
+//! own).
 
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::error::CniError;
