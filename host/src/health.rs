@@ -6,6 +6,7 @@
 //! file that cannot be read counts as nothing recorded, since STATUS must not fail
 //! for a record of a condition.
 
+use crate::error::CniError;
 use crate::files;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,16 @@ use std::path::{Path, PathBuf};
 pub struct Condition {
     pub code: u32,
     pub msg: String,
+}
+
+impl Condition {
+    /// An error as the condition it records.
+    pub fn of(e: &CniError) -> Self {
+        Condition {
+            code: e.code,
+            msg: e.msg.clone(),
+        }
+    }
 }
 
 /// What is recorded for one network on this node.

@@ -74,10 +74,7 @@ fn own_faults(ipam: &HostIpamConfig) -> Result<(), CniError> {
                     .chain(t.key.as_ref())
             });
             for path in tls {
-                let pem = std::fs::read(path).map_err(|e| {
-                    CniError::config(format!("ipam.store.tls: cannot read {}", path.display()))
-                        .with_details(e)
-                })?;
+                let pem = store::etcd::read_tls_file(path)?;
                 if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
                     return Err(CniError::config(format!(
                         "ipam.store.tls: {} holds no PEM block",

@@ -585,8 +585,9 @@ async fn ask(
 }
 
 /// A `usage.pool-usage` row as `wide-usage` has it (its counts saturated at 2^64-1
-/// stay so: a module of 0.2.3 or 0.2.4 cannot say more).
-fn widened(row: usage::PoolUsage) -> wide_usage::PoolUsage {
+/// stay so: a module of 0.2.3 or 0.2.4 cannot say more). `stats` widens `inspect`'s
+/// pools the same way.
+pub fn widened(row: usage::PoolUsage) -> wide_usage::PoolUsage {
     let count = |n: u64| wide_usage::Count { high: 0, low: n };
     wide_usage::PoolUsage {
         kind: row.kind,

@@ -652,6 +652,9 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 notes.extend(leak_notes);
             }
             let failed = !notes.iter().all(|n| n.contains("changed since"));
+            if json {
+                return Ok(json_output(&stats, notes, failed));
+            }
             let window = metrics::Window {
                 last,
                 since: since.map(|d| SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH)),
@@ -666,16 +669,13 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 })?,
                 None => Vec::new(),
             };
-            // What the node's calls recorded for STATUS: local, so it shows even when
-            // the cluster store cannot be asked.
-            let conditions: Vec<_> = crate::health::all(&place.data_dir)
-                .into_iter()
-                .filter(|(n, _)| network.as_deref().is_none_or(|wanted| wanted == n))
-                .collect();
-            if json {
-                return Ok(json_output(&stats, notes, failed));
-            }
             let text = if prometheus {
+                // What the node's calls recorded for STATUS: local, so it shows even
+                // when the cluster store cannot be asked.
+                let conditions: Vec<_> = crate::health::all(&place.data_dir)
+                    .into_iter()
+                    .filter(|(n, _)| network.as_deref().is_none_or(|wanted| wanted == n))
+                    .collect();
                 metrics::prometheus(&stats, &conditions, &timings)
             } else {
                 metrics::table(&stats, &timings, log_file.as_deref())

@@ -6,7 +6,7 @@
 
 use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
-use crate::module::instance::{Answer, Work};
+use crate::module::instance::{Answer, Work, widened};
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
@@ -283,27 +283,29 @@ pub fn network_stats(
     .into_iter()
     .filter_map(|(network, answer)| match answer {
         Answer::Usage(rows) => Some(totals(&network, rows)),
-        Answer::Pools(pools) => Some(totals(&network, pools.into_iter().map(pool_row).collect())),
+        Answer::Pools(pools) => Some(totals(
+            &network,
+            pools.into_iter().map(pool_row).map(widened).collect(),
+        )),
         _ => None,
     })
     .collect()
 }
 
 /// `inspect`'s pool record as a pool row.
-fn pool_row(p: inspect::Pool) -> wide_usage::PoolUsage {
-    let count = |n: u64| wide_usage::Count { high: 0, low: n };
-    wide_usage::PoolUsage {
+fn pool_row(p: inspect::Pool) -> usage::PoolUsage {
+    usage::PoolUsage {
         kind: usage::Kind::Pool,
         name: p.name,
         parent: None,
         node: None,
-        capacity: p.capacity.map(count),
-        in_use: count(p.in_use),
-        excluded: count(p.excluded),
-        cooling_down: count(p.cooling_down),
-        reserved: count(0),
-        borrowed: count(0),
-        free: p.free.map(count),
+        capacity: p.capacity,
+        in_use: p.in_use,
+        excluded: p.excluded,
+        cooling_down: p.cooling_down,
+        reserved: 0,
+        borrowed: 0,
+        free: p.free,
         warn_percent: None,
     }
 }
@@ -432,14 +434,14 @@ mod tests {
     #[test]
     fn totals_are_known_only_when_every_pool_s_are() {
         let pool = |name: &str, capacity: Option<u64>, free: Option<u64>| {
-            pool_row(inspect::Pool {
+            widened(pool_row(inspect::Pool {
                 name: name.into(),
                 capacity,
                 in_use: 2,
                 excluded: 1,
                 cooling_down: 1,
                 free,
-            })
+            }))
         };
         let both = totals(
             "n",

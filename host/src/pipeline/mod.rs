@@ -260,10 +260,7 @@ fn attempts<T>(
         Ok(store) => store,
         Err(e) => {
             if matches!(ipam.store, StoreConfig::Etcd(_)) {
-                report.learned.store = StoreSeen::Unreached(Condition {
-                    code: e.code,
-                    msg: e.msg.clone(),
-                });
+                report.learned.store = StoreSeen::Unreached(Condition::of(&e));
             }
             return Err(e);
         }

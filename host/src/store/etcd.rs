@@ -145,16 +145,13 @@ impl EtcdStore {
             .with_connect_timeout(connect_timeout)
             .with_timeout(try_timeout);
         if let Some(tls) = &config.tls {
-            let read = |path: &Path| {
-                std::fs::read(path).map_err(|e| {
-                    CniError::config(format!("ipam.store.tls: cannot read {}", path.display()))
-                        .with_details(e)
-                })
-            };
             let mut options_tls =
-                TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+                TlsOptions::new().ca_certificate(Certificate::from_pem(read_tls_file(&tls.ca)?));
             if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
-                options_tls = options_tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+                options_tls = options_tls.identity(Identity::from_pem(
+                    read_tls_file(cert)?,
+                    read_tls_file(key)?,
+                ));
             }
             options = options.with_tls(options_tls);
         }
@@ -234,10 +231,7 @@ impl EtcdStore {
         let answered = self.request_members(what, resend, make);
         self.state.borrow_mut().seen = match &answered {
             Ok(_) => StoreSeen::Reached,
-            Err(e) => StoreSeen::Unreached(Condition {
-                code: e.code,
-                msg: e.msg.clone(),
-            }),
+            Err(e) => StoreSeen::Unreached(Condition::of(e)),
         };
         answered
     }
@@ -534,6 +528,14 @@ fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs()
+}
+
+/// One of `ipam.store.tls`'s PEM files, read as a call reads it (CNI STATUS checks
+/// them the same way, without connecting).
+pub fn read_tls_file(path: &Path) -> Result<Vec<u8>, CniError> {
+    std::fs::read(path).map_err(|e| {
+        CniError::config(format!("ipam.store.tls: cannot read {}", path.display())).with_details(e)
+    })
 }
 
 /// A network name as it appears in a key: `%` and `/` escaped, so no name reaches

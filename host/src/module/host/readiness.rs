@@ -28,13 +28,7 @@ impl Host for GuestReadiness {
         let mut kept: Vec<Condition> = conditions
             .into_iter()
             .take(MAX_DEGRADED_CONDITIONS)
-            .map(|e| {
-                let e = module_error(e);
-                Condition {
-                    code: e.code,
-                    msg: e.msg,
-                }
-            })
+            .map(|e| Condition::of(&module_error(e)))
             .collect();
         if total > MAX_DEGRADED_CONDITIONS {
             let more = total - MAX_DEGRADED_CONDITIONS;
