@@ -100,6 +100,25 @@ impl Etcd {
         Ok(etcd)
     }
 
+    /// Freezes every member (SIGSTOP): connections are accepted and nothing answers,
+    /// as with a partitioned or hung cluster. [`Etcd::thaw`] ends it.
+    pub fn freeze(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn thaw(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        for child in &self.members {
+            // SAFETY: kill(2) on a child of ours that has not been reaped.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, signal);
+            }
+        }
+    }
+
     /// Every member's client URL.
     pub fn endpoints(&self) -> &[String] {
         &self.endpoints
@@ -142,6 +161,7 @@ impl Etcd {
 impl Drop for Etcd {
     fn drop(&mut self) {
         // Before `dir` goes (fields drop after this): no member writes into it then.
+        self.thaw();
         for child in &mut self.members {
             let _ = child.kill();
             let _ = child.wait();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the static-py component: `build.sh OUT.wasm` (default ./static_py.wasm).
 # Needs componentize-py 0.25.1 (`pip install componentize-py==0.25.1`), which bundles
-# CPython and generates the `cni:ipam@0.2.3` bindings from wit/ipam.wit as it builds.
+# CPython and generates the `cni:ipam@0.2.5` bindings from wit/ipam.wit as it builds.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$(realpath -m "${1:-static_py.wasm}")"

@@ -13,7 +13,8 @@ pub use crate::bindings::exports::cni::ipam::capabilities::{Function, Origin};
 /// from is implemented.
 pub fn capabilities<M: IpamModule>() -> Vec<Function> {
     let own = |name: &str| M::IMPLEMENTED_BY_MODULE.contains(&name);
-    // check, gc and pools are built on allocations; status answers either way.
+    // check, gc and pools are built on allocations; status answers ready (a host of
+    // 0.2.5 or later answers STATUS itself and does not call it).
     let from_allocations = if own("allocations") {
         Origin::Derived
     } else {
@@ -47,6 +48,7 @@ pub fn capabilities<M: IpamModule>() -> Vec<Function> {
         ),
         ("reservations.all", "reservations", Origin::NotImplemented),
         ("usage.pools", "usage", usage),
+        ("wide-usage.pools", "usage", usage),
     ]
     .into_iter()
     .map(|(name, function, default)| Function {
@@ -129,9 +131,10 @@ mod tests {
         );
         assert_eq!(origin::<Bare>("reservations.all"), Origin::NotImplemented);
         assert_eq!(origin::<Bare>("usage.pools"), Origin::NotImplemented);
+        assert_eq!(origin::<Bare>("wide-usage.pools"), Origin::NotImplemented);
         assert_eq!(
             origins::<Bare>().len(),
-            13,
+            14,
             "every exported function is listed"
         );
     }

@@ -1,11 +1,13 @@
 //! [`export_module!`](crate::export_module): a type implementing
 //! [`IpamModule`] becomes this component's `handler`, `inspect`, `migrate`, `nodes`,
-//! `capabilities`, `reservations` and `usage` exports, each call wrapped into the SDK's types and given the
+//! `capabilities`, `reservations`, `usage` and `wide-usage` exports, each call wrapped into the SDK's types and given the
 //! host's store.
 
 use crate::bindings::cni::ipam::types::Request as RawRequest;
 use crate::bindings::exports::cni::ipam::inspect::Context as RawContext;
 use crate::bindings::exports::cni::ipam::nodes::Context as RawNodesContext;
+use crate::bindings::exports::cni::ipam::usage::PoolUsage as RawPoolUsage;
+use crate::bindings::exports::cni::ipam::wide_usage::PoolUsage as RawWidePoolUsage;
 use crate::store::HostStore;
 use crate::{
     Allocation, Attachment, Context, Error, ImportReport, ImportRequest, IpamModule, IpamResult,
@@ -24,8 +26,10 @@ pub fn check<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
 pub fn gc<M: IpamModule>(raw: RawRequest, valid: Vec<Attachment>) -> Result<(), Error> {
     M::gc(&Request::new(raw)?, &valid, &mut HostStore)
 }
+/// A host of 0.2.5 or later answers STATUS itself and never calls this; the export
+/// stays in the world for hosts of earlier versions, which refuse a 0.2.5 module.
 pub fn status<M: IpamModule>(raw: RawRequest) -> Result<(), Error> {
-    M::status(&Request::new(raw)?, &HostStore)
+    Request::new(raw).map(|_| ())
 }
 pub fn allocations<M: IpamModule>(raw: RawContext) -> Result<Vec<Allocation>, Error> {
     M::allocations(&Context::new(raw)?, &HostStore)
@@ -71,15 +75,25 @@ pub fn unreserve<M: IpamModule>(raw: RawNodesContext, cidr: String) -> Result<Re
 pub fn reservations<M: IpamModule>(raw: RawNodesContext) -> Result<Vec<Reservation>, Error> {
     M::reservations(&Context::of_nodes(raw)?, &HostStore)
 }
-pub fn usage<M: IpamModule>(raw: RawContext) -> Result<Vec<PoolUsage>, Error> {
-    M::usage(&Context::new(raw)?, &HostStore)
+pub fn usage<M: IpamModule>(raw: RawContext) -> Result<Vec<RawPoolUsage>, Error> {
+    Ok(M::usage(&Context::new(raw)?, &HostStore)?
+        .iter()
+        .map(PoolUsage::to_usage)
+        .collect())
+}
+pub fn wide_usage<M: IpamModule>(raw: RawContext) -> Result<Vec<RawWidePoolUsage>, Error> {
+    Ok(M::usage(&Context::new(raw)?, &HostStore)?
+        .iter()
+        .map(PoolUsage::to_wide_usage)
+        .collect())
 }
 
 /// Natively the exports are left out; this keeps the check that the type is a module.
 pub const fn is_module<M: IpamModule>() {}
 
 /// Exports a type implementing [`IpamModule`] as this component's
-/// `handler`, `inspect`, `migrate`, `nodes`, `capabilities`, `reservations` and `usage`.
+/// `handler`, `inspect`, `migrate`, `nodes`, `capabilities`, `reservations`, `usage` and
+/// `wide-usage`.
 ///
 /// Only a wasm32 build exports anything. Natively (`cargo test` of a module) the
 /// macro only checks that the type implements `IpamModule`, so a module invokes it
@@ -93,7 +107,7 @@ macro_rules! export_module {
             use $crate::bindings::exports::cni::ipam::{
                 capabilities as __capabilities, handler as __handler, inspect as __inspect,
                 migrate as __migrate, nodes as __nodes, reservations as __reservations,
-                usage as __usage,
+                usage as __usage, wide_usage as __wide_usage,
             };
             struct __WasmIpamExport;
             impl __handler::Guest for __WasmIpamExport {
@@ -169,6 +183,13 @@ macro_rules! export_module {
             impl __usage::Guest for __WasmIpamExport {
                 fn pools(c: __inspect::Context) -> Result<Vec<__usage::PoolUsage>, __types::Error> {
                     $crate::__export::usage::<$module>(c)
+                }
+            }
+            impl __wide_usage::Guest for __WasmIpamExport {
+                fn pools(
+                    c: __inspect::Context,
+                ) -> Result<Vec<__wide_usage::PoolUsage>, __types::Error> {
+                    $crate::__export::wide_usage::<$module>(c)
                 }
             }
             impl __capabilities::Guest for __WasmIpamExport {

@@ -84,6 +84,7 @@ mod inspect;
 pub mod log;
 mod migrate;
 mod module;
+pub mod readiness;
 mod request;
 mod result;
 pub mod store;
@@ -96,13 +97,14 @@ pub use bindings::exports::cni::ipam::inspect::{Allocation, Pool};
 pub use bindings::exports::cni::ipam::migrate::{ImportReport, StateFile};
 pub use bindings::exports::cni::ipam::nodes::{ReleaseReport, ReleasedAddress};
 pub use bindings::exports::cni::ipam::reservations::Reservation;
-pub use bindings::exports::cni::ipam::usage::{Kind as UsageKind, PoolUsage};
+pub use bindings::exports::cni::ipam::usage::Kind as UsageKind;
 pub use capabilities::{Function, Origin, capabilities};
 pub use inspect::Context;
 pub use migrate::ImportRequest;
 pub use module::IpamModule;
-pub use request::Request;
+pub use request::{IP_ADDRS_ANNOTATION, POD_ANNOTATIONS, Request, annotated_ips_in};
 pub use store::Store;
+pub use usage::PoolUsage;
 pub use wasm_ipam_guest_macros::ipam_module;
 
 /// Glue used by [`export_module!`]; not part of the public API.

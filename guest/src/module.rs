@@ -19,11 +19,14 @@ use crate::{
 /// |---|---|
 /// | `check` | the attachment holds an address, by `allocations` |
 /// | `gc` | a DEL for every attachment `allocations` lists and no valid attachment is |
-/// | `status` | available, unless `pools` reports pools and none has an address free |
 /// | `allocations` | error (code 121): the module does not report allocations |
 /// | `pools` | one pool named after the network, its in-use count from `allocations`, capacity unknown |
 /// | `import_state` | error (code 121): the module cannot import the format |
 /// | `release_node` | error (code 121): the module keeps no per-node state to release |
+///
+/// CNI STATUS is answered by the host, from what the node's calls recorded: a module
+/// reports what makes some ADDs fail while the node stays ready with
+/// [`readiness::degraded`](crate::readiness::degraded) in the calls that learn it.
 ///
 /// So a module that implements `allocations` gets a working CHECK, GC, `wasm-ipam
 /// list` and `stats`; one that implements neither fails CHECK and GC, saying why,
@@ -113,24 +116,6 @@ pub trait IpamModule {
                     .collect::<Vec<_>>()
                     .join("; "),
             )),
-        }
-    }
-
-    /// Reports whether the module can serve ADDs (CNI STATUS). By default: available,
-    /// unless [`pools`](Self::pools) answers with pools of which none has an address
-    /// free (code 50). A `pools` that fails or does not know what is free says
-    /// nothing either way. A module whose every ADD needs one address from each of
-    /// several pools (dual stack) should override this: one empty pool fails its ADDs.
-    fn status(request: &Request, store: &impl Store) -> Result<(), Error> {
-        match Self::pools(&Context::from(request), store) {
-            Ok(pools) if !pools.is_empty() && pools.iter().all(|p| p.free == Some(0)) => {
-                let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
-                Err(Error::new(
-                    code::PLUGIN_NOT_AVAILABLE,
-                    format!("no address is free in {}", names.join(", ")),
-                ))
-            }
-            _ => Ok(()),
         }
     }
 
@@ -368,45 +353,11 @@ mod tests {
     }
 
     #[test]
-    fn default_pools_count_allocations_and_status_follows_them() {
+    fn default_pools_count_allocations() {
         let mut store = MemoryStore::default();
-        let status = request(Command::Status, "", "");
-        Two::status(&status, &store).unwrap();
         Two::add(&request(Command::Add, "c1", "eth0"), &mut store).unwrap();
         let pools = Two::pools(&Context::for_test("net", None), &store).unwrap();
         assert_eq!(pools, [Pool::new("net").in_use(1)]);
-        // Capacity unknown: STATUS cannot tell the pool is full.
-        Two::add(&request(Command::Add, "c2", "eth0"), &mut store).unwrap();
-        Two::status(&status, &store).unwrap();
-    }
-
-    #[test]
-    fn default_status_is_unavailable_only_when_no_pool_has_room() {
-        struct Full;
-        #[crate::ipam_module]
-        impl IpamModule for Full {
-            fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
-                Ok(IpamResult::default())
-            }
-            fn del(_: &Request, _: &mut impl Store) -> Result<(), Error> {
-                Ok(())
-            }
-            fn pools(context: &Context, _: &impl Store) -> Result<Vec<Pool>, Error> {
-                let room = context.config().is_some_and(|c| c["room"] == true);
-                Ok(vec![
-                    Pool::new("a").capacity(1).in_use(1).free_from_capacity(),
-                    Pool::new("b").free(u64::from(room)),
-                ])
-            }
-        }
-        let err =
-            Full::status(&request(Command::Status, "", ""), &MemoryStore::default()).unwrap_err();
-        assert_eq!(
-            (err.code, err.msg.as_str()),
-            (code::PLUGIN_NOT_AVAILABLE, "no address is free in a, b")
-        );
-        let roomy = Request::for_test(Command::Status, "", "", json!({"room": true}));
-        Full::status(&roomy, &MemoryStore::default()).unwrap();
     }
 
     #[test]
@@ -432,7 +383,6 @@ mod tests {
             err.msg,
             "cannot collect garbage: this module does not report allocations"
         );
-        Bare::status(&request(Command::Status, "", ""), &store).unwrap();
         let import = ImportRequest::for_test("calico", "net", None, Vec::new());
         let err = Bare::import_state(&import, &mut store).unwrap_err();
         assert_eq!(

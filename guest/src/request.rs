@@ -7,6 +7,11 @@ use crate::{Attachment, Command, Error, WallInstant};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// The capability through which containerd and CRI-O pass a pod's annotations.
+pub const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+/// The pod annotation asking for fixed addresses ([`Request::annotated_ips`]).
+pub const IP_ADDRS_ANNOTATION: &str = "wasm-ipam.io/ip-addrs";
+
 /// One CNI invocation.
 ///
 /// Outside a host, tests build one with [`Request::for_test`] and the `with_*` helpers:
@@ -184,9 +189,57 @@ impl Request {
         &self.config
     }
 
+    /// Pod annotation `name`, when the runtime passed the pod's annotations: containerd
+    /// and CRI-O put them in `runtimeConfig` under [`POD_ANNOTATIONS`] for a plugin
+    /// whose conflist entry declares that capability (`wasm-ipam install` writes it).
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use wasm_ipam_guest::{Command, Request};
+    ///
+    /// let config = json!({"cniVersion": "1.1.0", "name": "net", "ipam": {},
+    ///     "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": "[\"10.0.0.7\"]"}}});
+    /// let request = Request::for_test(Command::Add, "ctr-1", "eth0", config);
+    /// assert_eq!(request.pod_annotation("wasm-ipam.io/ip-addrs"), Some(r#"["10.0.0.7"]"#));
+    /// assert_eq!(request.annotated_ips().unwrap(), ["10.0.0.7".parse::<std::net::IpAddr>().unwrap()]);
+    /// ```
+    pub fn pod_annotation(&self, name: &str) -> Option<&str> {
+        self.config["runtimeConfig"][POD_ANNOTATIONS][name].as_str()
+    }
+
+    /// The addresses the pod asks for by the annotation [`IP_ADDRS_ANNOTATION`]: a
+    /// JSON list of addresses (one per family; a prefix length is ignored). Anything
+    /// else there is a CNI "invalid network config" error (code 7) naming it.
+    pub fn annotated_ips(&self) -> Result<Vec<std::net::IpAddr>, Error> {
+        annotated_ips_in(&self.config)
+    }
+
     /// The network configuration's `ipam` section deserialised into `T`; a mismatch is
     /// a CNI "invalid network config" error (code 7).
     pub fn ipam<T: DeserializeOwned>(&self) -> Result<T, Error> {
         ipam_section(&self.config)
     }
+}
+
+/// [`Request::annotated_ips`] of a network configuration as the runtime passed it.
+pub fn annotated_ips_in(config: &Value) -> Result<Vec<std::net::IpAddr>, Error> {
+    let Some(text) = config["runtimeConfig"][POD_ANNOTATIONS][IP_ADDRS_ANNOTATION].as_str() else {
+        return Ok(Vec::new());
+    };
+    let bad = || {
+        Error::invalid_config(format!(
+            "pod annotation {IP_ADDRS_ANNOTATION} is {text:?}: it must be a JSON list of addresses, one per family, as [\"10.0.0.7\", \"fd00::7\"]"
+        ))
+    };
+    let list: Vec<String> = serde_json::from_str(text).map_err(|_| bad())?;
+    let ips = list
+        .iter()
+        .map(|a| a.split('/').next().unwrap_or_default().trim().parse())
+        .collect::<Result<Vec<std::net::IpAddr>, _>>()
+        .map_err(|_| bad())?;
+    let v4 = ips.iter().filter(|ip| ip.is_ipv4()).count();
+    if v4 > 1 || ips.len() - v4 > 1 {
+        return Err(bad());
+    }
+    Ok(ips)
 }

@@ -28,6 +28,18 @@ pub trait Store {
         self.list(prefix)
     }
 
+    /// How many more distinct keys this call may read or write before its commit
+    /// exceeds what the store takes in one transaction (etcd's `--max-txn-ops`);
+    /// `None` when the store has no such limit. A key read and then written counts
+    /// once; a [`Store::list`] counts once for the prefix and once per key it answers;
+    /// [`Store::peek`] costs nothing. Upkeep that is not the call's own (sweeping,
+    /// freeing) should take at most this, after the call's own work, and leave the
+    /// rest to later calls. Outside a host there is no limit, unless a test sets one
+    /// ([`TxnLimited`]).
+    fn commit_room(&self) -> Option<usize> {
+        None
+    }
+
     /// The value under `key` as text; `None` when absent or not UTF-8.
     fn get_string(&self, key: &str) -> Option<String> {
         self.get(key).and_then(|v| String::from_utf8(v).ok())
@@ -61,6 +73,9 @@ impl Store for HostStore {
     }
     fn peek(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
         wit::peek_prefix(prefix)
+    }
+    fn commit_room(&self) -> Option<usize> {
+        wit::commit_room().map(|room| room as usize)
     }
 }
 
@@ -171,5 +186,87 @@ impl<S: Store> Store for Staged<'_, S> {
             };
         }
         merged.into_iter().collect()
+    }
+    /// The room beneath, less what the staged writes would add to it (a dry run's
+    /// host refuses writes, and has no limit then).
+    fn commit_room(&self) -> Option<usize> {
+        self.base
+            .commit_room()
+            .map(|room| room.saturating_sub(self.writes.len()))
+    }
+}
+
+/// A store that counts what its writes' commit would hold, as the etcd store counts
+/// it, against a limit: for unit tests of work that must fit one transaction.
+/// [`TxnLimited::exceeded`] says whether the commit would have been refused.
+///
+/// ```
+/// use wasm_ipam_guest::store::{MemoryStore, Store, TxnLimited};
+///
+/// let mut base: MemoryStore = [("a", "1"), ("b", "2")].into_iter().collect();
+/// let mut store = TxnLimited::new(&mut base, 8);
+/// assert_eq!(store.commit_room(), Some(6), "the usage row and the module record");
+/// store.get("a");
+/// store.put("a", b"3").unwrap();
+/// assert_eq!(store.commit_room(), Some(5), "a key read and written counts once");
+/// store.list("");
+/// assert_eq!(store.commit_room(), Some(3), "a listed prefix and each key it answers");
+/// assert!(!store.exceeded());
+/// ```
+pub struct TxnLimited<'a, S: Store> {
+    base: &'a mut S,
+    limit: usize,
+    touched: std::cell::RefCell<std::collections::BTreeSet<String>>,
+    listed: std::cell::RefCell<std::collections::BTreeSet<String>>,
+}
+
+impl<'a, S: Store> TxnLimited<'a, S> {
+    pub fn new(base: &'a mut S, limit: usize) -> Self {
+        TxnLimited {
+            base,
+            limit,
+            touched: Default::default(),
+            listed: Default::default(),
+        }
+    }
+
+    /// What the commit would hold, as the host counts it: each distinct key once,
+    /// each listed prefix once, and two for the host's own (the node's usage row and
+    /// the record of the module serving the network).
+    fn needs(&self) -> usize {
+        self.touched.borrow().len() + self.listed.borrow().len() + 2
+    }
+
+    /// Whether the commit would be over the limit.
+    pub fn exceeded(&self) -> bool {
+        self.needs() > self.limit
+    }
+}
+
+impl<S: Store> Store for TxnLimited<'_, S> {
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.touched.borrow_mut().insert(key.to_string());
+        self.base.get(key)
+    }
+    fn put(&mut self, key: &str, value: &[u8]) -> Result<(), Error> {
+        self.touched.borrow_mut().insert(key.to_string());
+        self.base.put(key, value)
+    }
+    fn delete(&mut self, key: &str) -> Result<bool, Error> {
+        self.touched.borrow_mut().insert(key.to_string());
+        self.base.delete(key)
+    }
+    fn list(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let answer = self.base.list(prefix);
+        self.listed.borrow_mut().insert(prefix.to_string());
+        let mut touched = self.touched.borrow_mut();
+        touched.extend(answer.iter().map(|(k, _)| k.clone()));
+        answer
+    }
+    fn peek(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        self.base.peek(prefix)
+    }
+    fn commit_room(&self) -> Option<usize> {
+        Some(self.limit.saturating_sub(self.needs()))
     }
 }

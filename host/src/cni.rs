@@ -171,7 +171,8 @@ pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-fn version_tuple(v: &str) -> Option<(u32, u32, u32)> {
+/// A version as numbers, for ordering (`None`: not `X.Y.Z`).
+pub fn version_tuple(v: &str) -> Option<(u32, u32, u32)> {
     let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
     let t = (parts.next()??, parts.next()??, parts.next()??);
     parts.next().is_none().then_some(t)

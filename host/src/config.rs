@@ -8,11 +8,23 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
+use tracing::level_filters::LevelFilter;
 
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(90);
 pub const DEFAULT_LOCK_FILE: &str = "/var/run/wasm-ipam/ipam.lock";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/wasm-ipam";
 pub const DEFAULT_CACHE_DIR: &str = "/var/cache/wasm-ipam";
+/// Every line wasm-ipam and the module write but the module's `trace` ones.
+pub const DEFAULT_LOG_LEVEL: LevelFilter = LevelFilter::DEBUG;
+/// `logLevel`'s values, from the fewest lines to the most.
+const LOG_LEVELS: &[(&str, LevelFilter)] = &[
+    ("off", LevelFilter::OFF),
+    ("error", LevelFilter::ERROR),
+    ("warn", LevelFilter::WARN),
+    ("info", LevelFilter::INFO),
+    ("debug", LevelFilter::DEBUG),
+    ("trace", LevelFilter::TRACE),
+];
 
 /// The host's own `ipam` settings, defaults applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,12 +46,19 @@ pub struct HostIpamConfig {
     /// Where compiled modules are cached (see [`crate::module::cache`]).
     pub cache_dir: PathBuf,
     pub log_file: Option<PathBuf>,
+    /// `logLevel`: the most detailed level of wasm-ipam's own lines and the module's
+    /// written to the log (see [`crate::logging`]).
+    pub log_level: LevelFilter,
     /// `nodeName`, for the request's `node-name`; the machine's hostname when unset.
     pub node_name: Option<String>,
     /// The call's resource limits (see [`crate::limits`]).
     pub limits: Limits,
     /// Where the network's entries live: the embedded store in `dataDir`, or etcd.
     pub store: StoreConfig,
+    /// `strictStatus`: CNI STATUS fails (code 50) also for what fails only some ADDs
+    /// (a pool exhausted, the cluster store unreachable), the CNI spec's strict
+    /// reading; by default it fails only for this node's own faults.
+    pub strict_status: bool,
 }
 
 /// `ipam.store`: which backend holds the network's entries.
@@ -64,6 +83,9 @@ pub struct EtcdConfig {
     /// The most compares (or operations) one transaction may carry: etcd's
     /// `--max-txn-ops`, 128 unless the cluster's operators raised it.
     pub max_txn_ops: usize,
+    /// `timeoutSeconds`: the longest one request may go unanswered by every member
+    /// before the call answers code 11; at most the deadline.
+    pub timeout: Duration,
     pub tls: Option<EtcdTls>,
 }
 
@@ -80,6 +102,13 @@ pub const DEFAULT_ETCD_PREFIX: &str = "/wasm-ipam/";
 pub const DEFAULT_ETCD_QPS: f64 = 50.0;
 pub const DEFAULT_ETCD_BURST: u32 = 100;
 pub const DEFAULT_ETCD_MAX_TXN_OPS: usize = 128;
+/// etcdctl's `--command-timeout`: an etcd member answers in milliseconds and a leader
+/// election takes one to three seconds at etcd's default election timeout, so 5 s
+/// rides through an election and a member passed over, while a store that is down
+/// costs each call queued on the node's lock seconds, not its deadline.
+pub const DEFAULT_ETCD_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest `timeoutSeconds`: in a cluster, one try gets a third of it.
+const MIN_ETCD_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
@@ -96,6 +125,7 @@ struct RawEtcd {
     qps: Option<f64>,
     burst: Option<u32>,
     max_txn_ops: Option<usize>,
+    timeout_seconds: Option<f64>,
     tls: Option<RawEtcdTls>,
 }
 
@@ -108,7 +138,8 @@ struct RawEtcdTls {
 }
 
 impl StoreConfig {
-    fn from_raw(raw: Option<RawStore>) -> Result<Self, CniError> {
+    /// `deadline` is the call's: no store timeout may pass it.
+    fn from_raw(raw: Option<RawStore>, deadline: Duration) -> Result<Self, CniError> {
         let etcd = match raw {
             None | Some(RawStore::Embedded {}) => return Ok(StoreConfig::Embedded),
             Some(RawStore::Etcd(etcd)) => etcd,
@@ -155,6 +186,19 @@ impl StoreConfig {
         if max_txn_ops < 8 {
             return Err(bad("maxTxnOps must be at least 8"));
         }
+        let timeout = match etcd.timeout_seconds {
+            None => DEFAULT_ETCD_TIMEOUT.min(deadline),
+            Some(s) => Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|t| (MIN_ETCD_TIMEOUT..=deadline).contains(t))
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "timeoutSeconds must be at least {} and at most deadlineSeconds ({})",
+                        MIN_ETCD_TIMEOUT.as_secs(),
+                        deadline.as_secs_f64()
+                    ))
+                })?,
+        };
         let tls = etcd
             .tls
             .map(|t| {
@@ -182,6 +226,7 @@ impl StoreConfig {
             qps,
             burst,
             max_txn_ops,
+            timeout,
             tls,
         }))
     }
@@ -199,6 +244,7 @@ struct RawHostIpam {
     data_dir: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
     log_file: Option<PathBuf>,
+    log_level: Option<String>,
     node_name: Option<String>,
     #[serde(rename = "memoryLimitMiB")]
     memory_limit_mib: Option<u64>,
@@ -218,6 +264,7 @@ struct RawHostIpam {
     #[serde(rename = "compileMemoryMiB")]
     compile_memory_mib: Option<u64>,
     store: Option<RawStore>,
+    strict_status: Option<bool>,
 }
 
 /// Netconf keys that belong to one call, not to the network.
@@ -406,7 +453,29 @@ impl HostIpamConfig {
 
     fn from_raw(raw: RawHostIpam) -> Result<Self, CniError> {
         let limits = limits_from_raw(&raw)?;
-        let store = StoreConfig::from_raw(raw.store)?;
+        let deadline = raw
+            .deadline_seconds
+            .map(|s| positive_seconds("deadlineSeconds", s))
+            .transpose()?
+            .unwrap_or(DEFAULT_DEADLINE);
+        let store = StoreConfig::from_raw(raw.store, deadline)?;
+        let log_level = raw
+            .log_level
+            .map(|level| {
+                LOG_LEVELS
+                    .iter()
+                    .find(|(name, _)| *name == level)
+                    .map(|(_, filter)| *filter)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = LOG_LEVELS.iter().map(|(name, _)| *name).collect();
+                        CniError::config(format!(
+                            "ipam.logLevel must be one of {}",
+                            names.join(", ")
+                        ))
+                    })
+            })
+            .transpose()?
+            .unwrap_or(DEFAULT_LOG_LEVEL);
         let module = raw
             .module
             .filter(|p| !p.as_os_str().is_empty())
@@ -446,11 +515,7 @@ impl HostIpamConfig {
             module,
             module_sha256,
             trust_policy: raw.trust_policy,
-            deadline: raw
-                .deadline_seconds
-                .map(|s| positive_seconds("deadlineSeconds", s))
-                .transpose()?
-                .unwrap_or(DEFAULT_DEADLINE),
+            deadline,
             lock_file: raw.lock_file.unwrap_or_else(|| DEFAULT_LOCK_FILE.into()),
             lock_timeout: raw
                 .lock_timeout_seconds
@@ -459,9 +524,11 @@ impl HostIpamConfig {
             data_dir: raw.data_dir.unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
             cache_dir: raw.cache_dir.unwrap_or_else(|| DEFAULT_CACHE_DIR.into()),
             log_file: raw.log_file,
+            log_level,
             node_name: raw.node_name.map(checked_node_name).transpose()?,
             limits,
             store,
+            strict_status: raw.strict_status.unwrap_or(false),
         })
     }
 }
@@ -579,7 +646,85 @@ mod tests {
             (DEFAULT_ETCD_QPS, DEFAULT_ETCD_BURST)
         );
         assert_eq!(etcd.max_txn_ops, DEFAULT_ETCD_MAX_TXN_OPS);
+        assert_eq!(etcd.timeout, DEFAULT_ETCD_TIMEOUT);
         assert_eq!(etcd.tls.unwrap().key, Some(PathBuf::from("/k.pem")));
+    }
+
+    fn etcd_timeout(ipam: &str) -> Result<Duration, CniError> {
+        let json =
+            format!(r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{ipam}}}}}"#);
+        match parse(&json)?.ipam.store {
+            StoreConfig::Etcd(etcd) => Ok(etcd.timeout),
+            StoreConfig::Embedded => panic!("not etcd"),
+        }
+    }
+
+    /// `store.timeoutSeconds`: 5 s by default, never past the deadline, and an
+    /// error names the key.
+    #[test]
+    fn the_etcd_timeout_defaults_to_five_seconds_within_the_deadline() {
+        let store = r#""store":{"type":"etcd","endpoints":["http://e:2379"]"#;
+        assert_eq!(
+            etcd_timeout(&format!("{store}}}")).unwrap(),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            etcd_timeout(&format!(r#"{store},"timeoutSeconds":2.5}}"#)).unwrap(),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            etcd_timeout(&format!(r#"{store},"timeoutSeconds":90}}"#)).unwrap(),
+            Duration::from_secs(90)
+        );
+        // A deadline shorter than the default is the default's bound.
+        assert_eq!(
+            etcd_timeout(&format!(r#""deadlineSeconds":3,{store}}}"#)).unwrap(),
+            Duration::from_secs(3)
+        );
+        for bad in [
+            r#""timeoutSeconds":0"#,
+            r#""timeoutSeconds":0.5"#,
+            r#""timeoutSeconds":-1"#,
+            r#""timeoutSeconds":91"#,
+        ] {
+            let err = etcd_timeout(&format!("{store},{bad}}}")).unwrap_err();
+            assert_eq!(err.code, 7, "{bad}");
+            assert!(err.msg.contains("timeoutSeconds"), "{bad}: {}", err.msg);
+        }
+        let err = etcd_timeout(&format!(r#"{store},"timeoutSeconds":"5"}}"#)).unwrap_err();
+        assert_eq!(err.code, 7);
+        let err = etcd_timeout(&format!(
+            r#""deadlineSeconds":10,{store},"timeoutSeconds":20}}"#
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.msg,
+            "ipam.store: timeoutSeconds must be at least 1 and at most deadlineSeconds (10)"
+        );
+    }
+
+    #[test]
+    fn the_log_level_defaults_to_debug_and_names_its_values() {
+        let level = |ipam: &str| {
+            let json = format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm"{ipam}}}}}"#
+            );
+            parse(&json).map(|conf| conf.ipam.log_level)
+        };
+        assert_eq!(level("").unwrap(), LevelFilter::DEBUG);
+        assert_eq!(level(r#","logLevel":"info""#).unwrap(), LevelFilter::INFO);
+        assert_eq!(level(r#","logLevel":"off""#).unwrap(), LevelFilter::OFF);
+        assert_eq!(level(r#","logLevel":"trace""#).unwrap(), LevelFilter::TRACE);
+        for bad in [r#","logLevel":"INFO""#, r#","logLevel":"verbose""#] {
+            let err = level(bad).unwrap_err();
+            assert_eq!(err.code, 7, "{bad}");
+            assert!(err.msg.contains("logLevel"), "{bad}: {}", err.msg);
+        }
+        assert_eq!(level(r#","logLevel":3"#).unwrap_err().code, 7);
+        assert_eq!(
+            level(r#","logLevel":"loud""#).unwrap_err().msg,
+            "ipam.logLevel must be one of off, error, warn, info, debug, trace"
+        );
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! components under a host-owned lock and a deadline that starts only at the grant.
 //!
 //! [`call::handle`] is one CNI call. The folders group by question: `call` (one call,
-//! in order, and what may come back), `module` (loading, compiling and running a
-//! module, and what it can reach), `lock` (the fair host-wide lock), `operator` (the
-//! operators' commands); each file beside them answers one question of its own.
+//! in order, and what may come back; STATUS, answered without the lock), `pipeline`
+//! (the one locked run every module call goes through), `module` (loading, compiling
+//! and running a module, and what it can reach), `lock` (the fair host-wide lock),
+//! `store` (the embedded and the etcd store), `operator` (the operators' commands);
+//! each file beside them answers one question of its own (`health`: what the node's
+//! calls recorded for STATUS).
 
 pub mod call;
 pub mod caller;
@@ -13,6 +16,7 @@ pub mod config;
 pub mod error;
 pub mod files;
 pub mod fuzz;
+pub mod health;
 pub mod limits;
 pub mod lock;
 pub mod log_rotation;

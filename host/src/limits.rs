@@ -92,6 +92,10 @@ pub const MAX_LOG_FILES: u32 = 1000;
 pub const MAX_ERROR_MSG_BYTES: usize = 1024;
 pub const MAX_ERROR_DETAILS_BYTES: usize = 4096;
 
+/// The most conditions one `readiness.degraded` report keeps; more are counted in
+/// the last one's message.
+pub const MAX_DEGRADED_CONDITIONS: usize = 16;
+
 /// What a result may hold; more is code 106.
 pub const MAX_RESULT_IPS: usize = 64;
 pub const MAX_RESULT_ROUTES: usize = 1024;

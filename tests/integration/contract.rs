@@ -1,5 +1,5 @@
 //! The module contract across versions: modules built against cni:ipam@0.1.0, 0.2.0
-//! and 0.2.3 run side by side on one node; `list` and `stats` ask
+//! and 0.2.5 run side by side on one node; `list` and `stats` ask
 //! each network's module (its `inspect` export) and say plainly when it has none;
 //! `wasm-ipam inspect` describes a module, which functions it implements and why the
 //! host would refuse it.
@@ -58,7 +58,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
         "mini",
     );
     // Built against the frozen 0.2.0 with wit-bindgen alone: the host, built from
-    // 0.2.3, finds its 0.2.0 exports and serves its 0.2.0 imports.
+    // 0.2.5, finds its 0.2.0 exports and serves its 0.2.0 imports.
     let v0_2_0 = named(
         node.netconf(
             "1.1.0",
@@ -94,7 +94,7 @@ fn modules_of_every_contract_version_run_side_by_side() {
     Call::new("CHECK", "c2").run(&v0_2_0).ok();
     Call::new("DEL", "c1").run(&v0_2_0).ok();
     Call::new("STATUS", "").run(&v0_2_0).ok();
-    // And the 0.2.3 ones.
+    // And the 0.2.5 ones.
     assert_eq!(
         Call::new("ADD", "c1").run(&host_local).address(),
         "10.72.0.2/24"
@@ -292,7 +292,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
     let node = Node::new();
     let (ok, d) = describe(&node, &host_local_module());
     assert!(ok, "{d}");
-    assert_eq!(d["contract"], "cni:ipam@0.2.3");
+    assert_eq!(d["contract"], "cni:ipam@0.2.5");
     assert_eq!(d["exports_inspect"], true);
     assert_eq!(d["exports_migrate"], true);
     assert_eq!(d["exports_nodes"], true);
@@ -307,7 +307,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i["name"] == "cni:ipam/store@0.2.3" && i["provided"] == true),
+            .any(|i| i["name"] == "cni:ipam/store@0.2.5" && i["provided"] == true),
         "{d}"
     );
     // Described again, it comes from the cache the first run filled.
@@ -368,7 +368,7 @@ fn inspect_describes_a_module_and_why_it_is_refused() {
         d["refused_because"]
             .as_str()
             .unwrap()
-            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.3, or 0.1.0)"),
+            .contains("cni:ipam/handler the host runs (0.2.0 to 0.2.5, or 0.1.0)"),
         "{d}"
     );
 

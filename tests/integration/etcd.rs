@@ -143,6 +143,52 @@ impl Etcd {
         }
     }
 
+    /// Stops member `i` with SIGSTOP, as a frozen or partitioned member: the kernel
+    /// still accepts connections to it, and nothing answers them.
+    pub fn freeze(&mut self, i: usize) {
+        self.signal(i, libc::SIGSTOP);
+    }
+
+    /// Lets a frozen member `i` run again (SIGCONT).
+    pub fn thaw(&mut self, i: usize) {
+        self.signal(i, libc::SIGCONT);
+    }
+
+    fn signal(&self, i: usize, signal: libc::c_int) {
+        let child = self.members[i].child.as_ref().expect("member is running");
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) on our own child, which has not been waited for.
+        assert_eq!(
+            unsafe { libc::kill(pid, signal) },
+            0,
+            "signal {signal} to {pid}"
+        );
+    }
+
+    /// The index of the member that is the cluster's leader now.
+    pub fn leader(&self) -> usize {
+        let status: Value =
+            serde_json::from_str(&self.ctl(&["endpoint", "status", "-w", "json"])).unwrap();
+        let statuses = status.as_array().unwrap();
+        let leader = statuses[0]["Status"]["leader"].as_u64().unwrap();
+        let endpoint = statuses
+            .iter()
+            .find(|s| s["Status"]["header"]["member_id"].as_u64() == Some(leader))
+            .expect("the leader answers")["Endpoint"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.endpoints()
+            .iter()
+            .position(|e| *e == endpoint)
+            .unwrap()
+    }
+
+    /// Waits until every live member answers (after a thaw or an election).
+    pub fn wait_until_healthy(&self) {
+        self.wait_healthy();
+    }
+
     /// Starts member `i` again on its data and ports, and waits until it answers.
     pub fn restart(&mut self, i: usize) {
         self.spawn(i);
@@ -910,6 +956,14 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         .map(|(block, _)| block.clone())
         .unwrap();
     let (a, c) = (&cluster[0], &cluster[2]);
+    // A second network on the same store, where node c runs a pod too.
+    let mut second = confs[2].clone();
+    second["name"] = "second".into();
+    second["ipam"]["cidr"] = "10.96.1.0/27".into();
+    let second_address = Call::new("ADD", "c-second")
+        .run(&second)
+        .address()
+        .to_string();
 
     // Node b called a moment ago: refused, nothing released.
     let entries = etcd.keys("/r/n/testnet/e/");
@@ -922,6 +976,34 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     // A node cannot release itself.
     let (ok, _, stderr) = release_node(c, &confs[2], "node-c", &["--force"]);
     assert!(!ok && stderr.contains("runs as"), "{stderr}");
+    // A name no node ever called with (a typo) is an error, even with --force.
+    let (ok, _, stderr) = release_node(a, &confs[0], "node-9", &["--force"]);
+    assert!(
+        !ok && stderr.contains("code 7")
+            && stderr.contains("node node-9 has never committed to network testnet")
+            && stderr.contains("node-a, node-b, node-c"),
+        "{stderr}"
+    );
+    // `gc --network NAME` finds no record of an etcd network on the node: it says
+    // which form names one.
+    let valid = a.dir.path().join("valid");
+    std::fs::write(&valid, "").unwrap();
+    let (ok, _, stderr) = operator_output([
+        "gc".as_ref(),
+        "--network".as_ref(),
+        "testnet".as_ref(),
+        "--valid-from".as_ref(),
+        valid.as_os_str(),
+        "--data-dir".as_ref(),
+        a.data_dir().as_os_str(),
+        "--lock-file".as_ref(),
+        a.lock_file().as_os_str(),
+    ]);
+    assert!(
+        !ok && stderr.contains("no module is recorded for network testnet in the store at")
+            && stderr.contains("recorded in etcd, not on the node: name it with --netconf FILE"),
+        "{stderr}"
+    );
     assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
 
     // Node c stops. Once it has been quiet for the (small) window, a dry run says what
@@ -950,8 +1032,36 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         "{dry}"
     );
 
-    let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
-    assert!(ok, "{stderr}");
+    // Node c, quiet for 8 s, calls again in the second network: every network is
+    // refused, the first one untouched.
+    let waited = Instant::now();
+    while !release_node(a, &confs[0], "node-c", &["--window", "8s", "--dry-run"]).0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(90),
+            "never quiet for 8 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Call::new("ADD", "c-second-2").run(&second).ok();
+    let (ok, _, stderr) = release_node(a, &confs[0], "node-c", &["--window", "8s"]);
+    assert!(
+        !ok && stderr.contains("code 11") && stderr.contains("network second"),
+        "{stderr}"
+    );
+    assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
+    let waited = Instant::now();
+    let stdout = loop {
+        let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
+        if ok {
+            break stdout;
+        }
+        assert!(stderr.contains("code 11"), "{stderr}");
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "node-c never counted as quiet for 2 s: {stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         stdout.contains("released 2 address(es) and 1 block(s)"),
         "{stdout}"
@@ -965,6 +1075,13 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         );
     }
     assert!(stdout.contains(&format!("block   {c_block}")), "{stdout}");
+    // One command released node c from every network of the store.
+    assert!(
+        stdout.contains("network second, node node-c: released 2 address(es) and 1 block(s)")
+            && stdout.contains(second_address.split('/').next().unwrap()),
+        "{stdout}"
+    );
+    assert!(etcd.keys("/r/n/second/e/own/node-c/").is_empty());
 
     // Its addresses and block are gone; the others' are untouched.
     let conf_file = write_conf(a, &confs[0]);

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-fn queue_dir(node: &Node) -> std::path::PathBuf {
+pub fn queue_dir(node: &Node) -> std::path::PathBuf {
     wasm_ipam::lock::queue_dir(&node.lock_file())
 }
 
@@ -21,7 +21,7 @@ fn queued(node: &Node) -> usize {
         .unwrap_or(0)
 }
 
-fn wait_until_queued(node: &Node, count: usize) {
+pub fn wait_until_queued(node: &Node, count: usize) {
     let started = Instant::now();
     while queued(node) < count {
         assert!(

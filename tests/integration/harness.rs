@@ -143,7 +143,7 @@ pub fn host_local_module() -> PathBuf {
     modules_dir().join("host_local.wasm")
 }
 
-/// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.3).
+/// `examples/minimal`: the SDK's smallest real module (cni:ipam@0.2.5).
 pub fn minimal_module() -> PathBuf {
     modules_dir().join("minimal.wasm")
 }

@@ -121,6 +121,21 @@ fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
         worst < 120.0,
         "within kubelet's 2-minute request timeout: {worst}"
     );
+    // Debian's plugins support up to 1.0.0: that is the list's version, and the
+    // output says why 1.1.0 (STATUS and GC) is absent.
+    assert_eq!(conflist["cniVersion"], "1.0.0");
+    assert_eq!(
+        conflist["cniVersions"],
+        serde_json::json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0"])
+    );
+    assert!(
+        out.contains("bridge supports up to 1.0.0") && out.contains("STATUS and GC"),
+        "{out}"
+    );
+    assert_eq!(
+        conflist["plugins"][0]["capabilities"]["io.kubernetes.cri.pod-annotations"],
+        true
+    );
 
     // Again: nothing to do.
     let (ok, again, stderr) = tree.install(&[]);
@@ -129,6 +144,7 @@ fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
         assert!(
             line.starts_with("unchanged")
                 || line.starts_with("present")
+                || line.starts_with("versions: ")
                 || line.starts_with("already compiled"),
             "{again}"
         );
@@ -166,6 +182,40 @@ fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
     let added = run("ADD");
     assert_eq!(added.address(), "10.77.0.2/24", "{added:?}");
     run("DEL").ok();
+}
+
+/// A chain whose plugins support 1.1.0 (here scripts answering VERSION as a newer
+/// release of the plugins would): the conflist lists 1.1.0, and keeps 1.0.0 as the
+/// version older libcni reads.
+#[test]
+fn install_lists_1_1_0_when_every_plugin_of_the_chain_has_it() {
+    let tree = Tree {
+        root: tempfile::tempdir().unwrap(),
+    };
+    let plugins = tree.path("newer-plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for plugin in ["bridge", "portmap", "loopback"] {
+        let path = plugins.join(plugin);
+        std::fs::write(
+            &path,
+            "#!/bin/sh\necho '{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}'\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (ok, out, stderr) = tree.install(&["--plugin-dir", &plugins.to_string_lossy()]);
+    assert!(ok, "{out}\n{stderr}");
+    assert!(!out.contains("left out"), "{out}");
+    let conflist: Value = serde_json::from_str(
+        &std::fs::read_to_string(tree.path("etc/cni/net.d/00-wasm-ipam.conflist")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(conflist["cniVersion"], "1.0.0");
+    assert_eq!(
+        conflist["cniVersions"],
+        serde_json::json!(["0.4.0", "1.0.0", "1.1.0"])
+    );
 }
 
 /// `--gc-timer` writes a systemd service and timer whose command is a `wasm-ipam gc`

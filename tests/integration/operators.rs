@@ -326,3 +326,49 @@ fn list_json_ends_with_a_newline() {
     let out = operator(&node, &["list", "--json", "--data-dir", &data_dir]);
     assert!(out.ends_with("]\n"), "{out:?}");
 }
+
+#[test]
+fn netconf_gives_operator_commands_its_data_dir_and_lock_file() {
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "10.43.0.0/24"}),
+    );
+    let address = Call::new("ADD", "c1").run(&conf).address().to_string();
+    let conf_file = node.dir.path().join("net.conf");
+    std::fs::write(&conf_file, conf.to_string()).unwrap();
+    let conf_arg = conf_file.to_string_lossy().into_owned();
+
+    // Only --netconf: its ipam.dataDir holds the allocation.
+    let (ok, listed, stderr) = operator_output(["list", "--json", "--netconf", &conf_arg]);
+    assert!(ok, "{stderr}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(
+        format!("{}/24", listed[0]["address"].as_str().unwrap()),
+        address
+    );
+
+    // Its ipam.lockFile is the lock taken: held here, the command waits on it.
+    let lock = std::fs::File::open(node.lock_file())
+        .or_else(|_| std::fs::File::create(node.lock_file()))
+        .unwrap();
+    lock.lock().unwrap();
+    let (ok, _, stderr) = operator_output(["list", "--netconf", &conf_arg, "--lock-timeout", "1"]);
+    assert!(!ok && stderr.contains("code 11"), "{stderr}");
+    lock.unlock().unwrap();
+
+    // A flag still wins over the netconf.
+    let elsewhere = node.dir.path().join("elsewhere");
+    let (ok, listed, stderr) = operator_output([
+        "list",
+        "--json",
+        "--netconf",
+        &conf_arg,
+        "--data-dir",
+        &elsewhere.to_string_lossy(),
+    ]);
+    assert!(ok, "{stderr}");
+    assert_eq!(listed.trim(), "[]");
+}

@@ -264,6 +264,24 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         refused.msg()
     );
     assert_eq!(etcd.keys("/s/n/testnet/e/"), keys);
+    // So is a requested address in another node's block, free as it is.
+    let lender = Call::new("ADD", "b-1")
+        .run(&strict[1])
+        .address()
+        .to_string();
+    let free = std::net::Ipv4Addr::from(block(&lender) + 6).to_string();
+    let refused = Call::new("ADD", "a-6")
+        .env("CNI_ARGS", format!("IP={free}"))
+        .run(&strict[0]);
+    assert_eq!(refused.error_code(), BLOCK_LIMIT, "{refused:?}");
+    assert!(
+        refused
+            .msg()
+            .contains(&format!("requested address {free} is in block"))
+            && refused.msg().contains("of node node-1"),
+        "{}",
+        refused.msg()
+    );
 }
 
 /// The module's codes for a reserved address asked for by a pod.
@@ -435,6 +453,27 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         .filter(|r| r["attributes"]["borrowed"] == "yes")
         .count() as u64;
     assert!(borrowed > 0, "node 0 borrowed: {list}");
+    // The table has the same columns for people.
+    let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["list"]);
+    assert!(ok, "{stderr}");
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NETWORK",
+            "ADDRESS",
+            "CONTAINER",
+            "ID",
+            "IFNAME",
+            "NODE",
+            "POOL",
+            "BORROWED",
+            "SINCE"
+        ],
+        "{table}"
+    );
+    let yes = table.lines().filter(|l| l.contains(" yes ")).count() as u64;
+    assert_eq!(yes, borrowed, "{table}");
     assert_eq!(gauge("wasm_ipam_pool_addresses_borrowed"), borrowed);
     let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--blocks"]);
     assert!(ok, "{stderr}");
@@ -481,6 +520,15 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         ok && out.contains("unreserved 10.84.0.96/28"),
         "{out}{stderr}"
     );
+    assert!(!held_now.is_empty());
+    for held in &held_now {
+        assert!(
+            out.contains(&format!(
+                "held    {held} is in use: its holder keeps it; once deleted, it is handed out again"
+            )),
+            "{out}"
+        );
+    }
     let asked = Call::new("ADD", "wants-vip")
         .env("CNI_ARGS", format!("IP={free}"))
         .run(&confs[1]);
@@ -525,4 +573,142 @@ fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_
         );
     }
     assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
+}
+
+#[test]
+fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_node() {
+    let etcd = Etcd::start(1);
+    let ipam = json!({"cidr": "10.86.0.0/24", "blockSize": 28, "stickySeconds": 600});
+    let (nodes, confs) = cluster(&etcd, "/k/", &ipam);
+    let pod = |name: &str| format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME={name}");
+    let db = Call::new("ADD", "db-c1")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[0])
+        .address()
+        .to_string();
+    // A Deployment's churn on node 0: every pod a new name, deleted again.
+    let mut churned = BTreeSet::new();
+    for i in 0..20 {
+        let name = format!(
+            "web-5d9c7b8f4-{}",
+            ["x2k4q", "b7zt9", "qw8rl", "m4n6p"][i % 4]
+        );
+        let id = format!("web-c{i}");
+        let address = Call::new("ADD", &id)
+            .env("CNI_ARGS", pod(&format!("{name}{i}")))
+            .run(&confs[0])
+            .address()
+            .to_string();
+        churned.insert(address);
+        Call::new("DEL", &id)
+            .env("CNI_ARGS", pod(&format!("{name}{i}")))
+            .run(&confs[0])
+            .ok();
+    }
+    assert_eq!(
+        churned.len(),
+        1,
+        "each new pod got the address the last one freed: {churned:?}"
+    );
+    // db-0 is deleted and rescheduled to node 1: it gets its address back.
+    Call::new("DEL", "db-c1")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[0])
+        .ok();
+    assert_eq!(
+        etcd.keys("/k/n/testnet/e/sticky/"),
+        ["/k/n/testnet/e/sticky/web/db-0"]
+    );
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        prom.lines()
+            .any(|l| l.starts_with("wasm_ipam_pool_addresses_cooling_down{") && l.ends_with(" 1")),
+        "only db-0's address cools: {prom}"
+    );
+    let again = Call::new("ADD", "db-c2")
+        .env("CNI_ARGS", pod("db-0"))
+        .run(&confs[1])
+        .address()
+        .to_string();
+    assert_eq!(
+        again.split('/').next(),
+        db.split('/').next(),
+        "{again} vs {db}"
+    );
+}
+
+/// IPv6 pools count exactly past 2^64 addresses: a /48 in the default /122 blocks
+/// holds 61 × 2^74 usable addresses, a /64 61 × 2^58, in the table, `--json` and
+/// Prometheus alike (docs/cluster.md, "Pool use and exhaustion").
+#[test]
+fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus() {
+    let etcd = Etcd::start(1);
+    let ipam = json!({"pools": [
+        {"name": "default", "cidr": ["10.84.0.0/24", "fd84::/64"], "default": true},
+        {"name": "wide", "cidr": ["fd85::/48"], "namespaces": ["wide"]},
+    ]});
+    let (nodes, confs) = cluster(&etcd, "/v6/", &ipam);
+    Call::new("ADD", "c1")
+        .env("CNI_ARGS", pod_args("web", "1"))
+        .run(&confs[0])
+        .ok();
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let wide = 61u128 << 74;
+    let slash64 = 61u128 << 58;
+    assert_eq!(wide.to_string(), "1152257421820193432141824");
+    let docs = std::fs::read_to_string(workspace().join("docs/cluster.md")).unwrap();
+    assert!(docs.contains(&format!("2^74 blocks × 61 = {wide}")));
+
+    let (ok, json_out, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--json"]);
+    assert!(ok, "{stderr}");
+    // Exact integers in the text (a reader parsing numbers as doubles would round).
+    let stats: Value = serde_json::from_str(&json_out).unwrap();
+    let names: Vec<&str> = stats[0]["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pool"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "pool default 10.84.0.0/24",
+            "pool default fd84::/64",
+            "pool wide fd85::/48"
+        ]
+    );
+    for capacity in [244, slash64, wide, wide + slash64 + 244] {
+        let field = format!("\"capacity\": {capacity},");
+        assert!(json_out.contains(&field), "no {field} in {json_out}");
+    }
+
+    let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    let line = format!(
+        "wasm_ipam_pool_addresses_capacity{{network=\"testnet\",pool=\"pool wide fd85::/48\"}} {wide}"
+    );
+    assert!(prom.lines().any(|l| l == line), "no {line:?} in\n{prom}");
+    let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(value, wide as f64, "a float reads it");
+
+    // The table: exact, and every row's CAPACITY cell ends where the header's does.
+    let (ok, table, stderr) = operator_on(&nodes[0], &conf_file, &["stats"]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains(&wide.to_string()), "{table}");
+    let lines: Vec<&str> = table
+        .lines()
+        .skip_while(|l| !l.contains("CAPACITY"))
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(lines.len() >= 4, "{table}");
+    let capacity_end = lines[0].find("CAPACITY").unwrap() + "CAPACITY".len();
+    for row in &lines[1..] {
+        let cell_end = row[..capacity_end.min(row.len())].trim_end().len();
+        assert_eq!(
+            cell_end, capacity_end,
+            "CAPACITY is not right-aligned in {row:?}\n{table}"
+        );
+    }
 }

@@ -17,3 +17,6 @@ pub const RESERVED: u32 = 144;
 pub const IN_USE: u32 = 145;
 /// `unreserve` of a CIDR that is not reserved.
 pub const NOT_RESERVED: u32 = 146;
+/// The pod asked for addresses (annotation `wasm-ipam.io/ip-addrs`, CNI_ARGS `IP`,
+/// `runtimeConfig.ips`) and its pool refuses requested addresses (`allowRequested`).
+pub const REQUESTS_REFUSED: u32 = 147;

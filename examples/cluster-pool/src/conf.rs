@@ -42,6 +42,34 @@ struct RawPool {
     #[serde(default)]
     default: bool,
     warn_percent: Option<u8>,
+    sticky_seconds: Option<u64>,
+    sticky_pods: Option<StickyPods>,
+    allow_requested: Option<bool>,
+}
+
+/// Which pods of a pool keep their addresses after a DEL (`stickyPods`), when the pool
+/// keeps any (`stickySeconds` > 0). A pod annotated `wasm-ipam.io/sticky` is kept or
+/// not as the annotation says, whatever this says.
+#[derive(Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum StickyPods {
+    /// A StatefulSet's pods: a name ending in `-N`, its ordinal (`db-0`, `web-12`).
+    /// A ReplicaSet's pod names end in five random letters and digits instead.
+    #[default]
+    Ordinal,
+    /// Only pods annotated `wasm-ipam.io/sticky`.
+    Annotated,
+    /// Every pod whose CNI_ARGS name it (K8S_POD_NAME): the runtime passes it for
+    /// every pod, so every deleted pod's addresses cool for `stickySeconds`.
+    All,
+}
+
+/// A pool's stickiness: how long a deleted pod's addresses are kept for it, and for
+/// which pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sticky {
+    pub seconds: u64,
+    pub pods: StickyPods,
 }
 
 #[derive(Deserialize)]
@@ -52,8 +80,12 @@ pub struct Ipam {
     block_size: Option<u8>,
     block_size_v6: Option<u8>,
     block_grace_seconds: Option<u64>,
+    /// Every pool's `stickySeconds` and `stickyPods` unless it sets its own.
     #[serde(default)]
     sticky_seconds: u64,
+    sticky_pods: Option<StickyPods>,
+    /// Every pool's `allowRequested` unless it sets its own.
+    allow_requested: Option<bool>,
     max_blocks_per_node: Option<usize>,
     #[serde(default)]
     strict_affinity: bool,
@@ -69,12 +101,15 @@ pub struct NamedPool {
     pub default: bool,
     /// Past this percent of a range's capacity in use, a call logs a warning.
     pub warn_percent: Option<u8>,
+    pub sticky: Sticky,
+    /// Whether a pod may ask for its addresses (annotation, CNI_ARGS `IP`,
+    /// `runtimeConfig.ips`); tenants must not pick addresses where the operator says so.
+    pub allow_requested: bool,
 }
 
 pub struct Conf {
     pub pools: Vec<NamedPool>,
     pub grace: u64,
-    pub sticky: u64,
     /// Blocks a node may claim in each range of each pool (`None`: no limit).
     pub max_blocks: Option<usize>,
     /// Whether a node that cannot claim a block fails instead of borrowing an address
@@ -91,6 +126,9 @@ impl Conf {
                 namespaces: Vec::new(),
                 default: true,
                 warn_percent: None,
+                sticky_seconds: None,
+                sticky_pods: None,
+                allow_requested: None,
             }],
             (None, Some(pools)) if !pools.is_empty() => pools,
             _ => {
@@ -137,13 +175,20 @@ impl Conf {
                 namespaces: pool.namespaces,
                 default: pool.default,
                 warn_percent,
+                sticky: Sticky {
+                    seconds: pool.sticky_seconds.unwrap_or(ipam.sticky_seconds),
+                    pods: pool.sticky_pods.or(ipam.sticky_pods).unwrap_or_default(),
+                },
+                allow_requested: pool
+                    .allow_requested
+                    .or(ipam.allow_requested)
+                    .unwrap_or(true),
             });
         }
         check(&pools)?;
         Ok(Conf {
             pools,
             grace: ipam.block_grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
-            sticky: ipam.sticky_seconds,
             max_blocks: ipam.max_blocks_per_node,
             strict_affinity: ipam.strict_affinity,
         })
@@ -157,6 +202,11 @@ impl Conf {
     /// The range holding `ip`, if a pool does.
     pub fn range_of(&self, ip: IpAddr) -> Option<&Range> {
         self.ranges().find(|r| r.cidr.contains(&ip))
+    }
+
+    /// How long the pool holding `ip` keeps a deleted pod's addresses for it.
+    pub fn sticky_seconds_of(&self, ip: IpAddr) -> u64 {
+        self.pool_of(ip).map_or(0, |p| p.sticky.seconds)
     }
 
     /// The pool holding `ip`, if one does.

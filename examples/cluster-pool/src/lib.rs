@@ -22,10 +22,11 @@
 //! - Reservations (`wasm-ipam reserve`, the `reservations` export) keep addresses out
 //!   of every ADD's hands; `usage` tells `stats` each pool's and block's use, reserved
 //!   and borrowed addresses; a call past a pool's `warnPercent` logs one warning.
-//! - Sticky addresses (`ipam.stickySeconds` > 0): a pod with a stable identity
-//!   (CNI_ARGS K8S_POD_NAMESPACE and K8S_POD_NAME, as a StatefulSet's pod has) keeps
-//!   its addresses for that long after its DEL, and gets them back on its next ADD on
-//!   any node; nobody else gets them meanwhile.
+//! - Sticky addresses (a pool's `stickySeconds` > 0): a sticky pod keeps its
+//!   addresses for that long after its DEL, and gets them back on its next ADD on any
+//!   node; nobody else gets them meanwhile. Which pods are sticky: the pod annotation
+//!   `wasm-ipam.io/sticky`, else the pool's `stickyPods` (by default a StatefulSet's,
+//!   whose name ends in its ordinal, from CNI_ARGS K8S_POD_NAME).
 //!
 //! - Releasing a node that is gone (`wasm-ipam release-node`, the `nodes` export):
 //!   its attachments are released as their DELs would be, and its blocks freed at
@@ -47,10 +48,11 @@ mod codes;
 mod conf;
 mod reserve;
 mod select;
+mod upkeep;
 mod usage;
 
 use blocks::Range;
-use conf::{Conf, Ipam};
+use conf::{Conf, Ipam, NamedPool, StickyPods};
 use ipnet::IpNet;
 use reserve::Kept;
 use serde::de::DeserializeOwned;
@@ -61,9 +63,12 @@ use wasm_ipam_guest::error::code;
 use wasm_ipam_guest::store::Staged;
 use wasm_ipam_guest::*;
 
-/// The most other nodes' blocks one borrow reads: each read is a compare in the
-/// commit, which etcd caps (`maxTxnOps`, 128 by default).
+/// The most other nodes' blocks one borrow reads (those a peek showed with an
+/// address to take): each read is a compare in the commit, which etcd caps
+/// (`maxTxnOps`, 128 by default).
 const MAX_BORROW_READS: usize = 32;
+/// What an ADD still writes once it has borrowed: its attachment and its use rows.
+const OWN_WRITES_AFTER_BORROW: usize = 8;
 /// A route's scope as `ip route` numbers "link".
 const LINK_SCOPE: u8 = 253;
 
@@ -94,6 +99,15 @@ struct Holder {
     /// Released, but kept for `identity` until then (sticky addresses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     held_until: Option<u64>,
+}
+
+impl Block {
+    /// Records when it became empty, for the grace rule, if it just did.
+    fn note_if_empty(&mut self, now: u64) {
+        if self.ips.is_empty() && self.empty_since.is_none() {
+            self.empty_since = Some(now);
+        }
+    }
 }
 
 /// An attachment's addresses.
@@ -146,15 +160,70 @@ fn sticky_key(identity: &str) -> String {
     format!("sticky/{identity}")
 }
 
-/// A pod's stable identity, when CNI_ARGS carry one.
-fn identity(request: &Request) -> Option<String> {
-    let namespace = request.arg("K8S_POD_NAMESPACE").filter(|s| !s.is_empty())?;
-    let name = request.arg("K8S_POD_NAME").filter(|s| !s.is_empty())?;
-    Some(format!("{namespace}/{name}"))
+/// The pod annotation that makes a pod sticky or not: `true` (under its name),
+/// `false`, or a stable name to keep its addresses under (a VM's, whose launcher
+/// pod's name changes with every start).
+pub const STICKY_ANNOTATION: &str = "wasm-ipam.io/sticky";
+
+/// The identity a pod's addresses are kept under after its DEL, if its pool keeps
+/// them (`stickySeconds`) for pods like it (the annotation, else `stickyPods`).
+fn identity(request: &Request, pool: &NamedPool) -> Result<Option<String>, Error> {
+    if pool.sticky.seconds == 0 {
+        return Ok(None);
+    }
+    let (Some(namespace), Some(name)) = (
+        request.arg("K8S_POD_NAMESPACE").filter(|s| !s.is_empty()),
+        request.arg("K8S_POD_NAME").filter(|s| !s.is_empty()),
+    ) else {
+        return Ok(None);
+    };
+    let annotated = request.config()["runtimeConfig"][select::ANNOTATIONS_CAPABILITY]
+        [STICKY_ANNOTATION]
+        .as_str()
+        .filter(|s| !s.is_empty());
+    let kept_as = match annotated {
+        Some("false") => None,
+        Some("true") => Some(name),
+        Some(other) if other.contains('/') || other.chars().any(char::is_control) => {
+            return Err(Error::invalid_config(format!(
+                "pod annotation {STICKY_ANNOTATION} is {other:?}: it must be true, false or a name without '/'"
+            )));
+        }
+        Some(other) => Some(other),
+        None => match pool.sticky.pods {
+            StickyPods::All => Some(name),
+            StickyPods::Ordinal => has_ordinal(name).then_some(name),
+            StickyPods::Annotated => None,
+        },
+    };
+    Ok(kept_as.map(|kept_as| format!("{namespace}/{kept_as}")))
 }
 
-/// Addresses asked for: CNI_ARGS `IP` (comma-separated) and `runtimeConfig.ips`.
+/// Whether a pod's name ends in a StatefulSet's ordinal: `-N`, N decimal without a
+/// leading zero.
+fn has_ordinal(name: &str) -> bool {
+    name.rsplit_once('-').is_some_and(|(base, n)| {
+        !base.is_empty()
+            && !n.is_empty()
+            && n.bytes().all(|b| b.is_ascii_digit())
+            && (n == "0" || !n.starts_with('0'))
+    })
+}
+
+/// Addresses asked for: the pod annotation `wasm-ipam.io/ip-addrs`, CNI_ARGS `IP`
+/// (comma-separated) and `runtimeConfig.ips`.
 fn requested(request: &Request) -> Result<Vec<IpAddr>, Error> {
+    let mut ips = request.annotated_ips()?;
+    for ip in asked_otherwise(request)? {
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(ips)
+}
+
+/// Addresses asked for by CNI_ARGS `IP` and `runtimeConfig.ips`.
+fn asked_otherwise(request: &Request) -> Result<Vec<IpAddr>, Error> {
     let mut texts: Vec<String> = request
         .arg("IP")
         .map(|v| v.split(',').map(str::to_string).collect())
@@ -211,26 +280,42 @@ impl<S: Store> Call<'_, S> {
         Ok(kept)
     }
 
-    /// Takes the first free address of `block_net` (after sweeping it) for `holder`;
-    /// `None` when the block is full or no longer there. Shared by a node's own blocks
-    /// and the blocks it borrows from.
+    /// Takes the first free address of `block_net` for `holder` (else one kept for a
+    /// sticky pod past its time); `None` when the block is full or no longer there.
+    /// Shared by a node's own blocks and the blocks it borrows from. `owner`, when given, must be the block's node (a block listed as this node's
+    /// may have been handed to another by `release-node`).
     fn take_free(
         &mut self,
         range: &Range,
         block_net: IpNet,
         holder: &Holder,
+        owner: Option<&str>,
     ) -> Result<Option<IpAddr>, Error> {
         let key = block_key(block_net);
         let Some(mut block) = read::<Block>(self.store, &key)? else {
             return Ok(None);
         };
-        self.sweep(&mut block)?;
-        let kept = self.kept(range)?;
-        let Some(ip) = range
-            .addresses(block_net)
-            .find(|a| !block.ips.contains_key(a) && !kept.contains(*a))
-        else {
+        if owner.is_some_and(|node| node != block.node) {
             return Ok(None);
+        }
+        let kept = self.kept(range)?;
+        let free = range
+            .addresses(block_net)
+            .find(|a| !block.ips.contains_key(a) && !kept.contains(*a));
+        let ip = match free {
+            Some(ip) => ip,
+            // An address kept for a sticky pod past its time: taking it back is this
+            // call's own work; sweeping the others is upkeep's.
+            None => {
+                let now = self.now;
+                let Some(ip) = range.addresses(block_net).find(|a| {
+                    !kept.contains(*a) && block.ips.get(a).is_some_and(|h| h.expired(now))
+                }) else {
+                    return Ok(None);
+                };
+                self.drop_hold(&mut block, ip)?;
+                ip
+            }
         };
         block.ips.insert(ip, holder.clone());
         block.empty_since = None;
@@ -238,37 +323,55 @@ impl<S: Store> Call<'_, S> {
         Ok(Some(ip))
     }
 
-    /// Drops a block's expired sticky holds (and their pods' records).
-    fn sweep(&mut self, block: &mut Block) -> Result<(), Error> {
-        let now = self.now;
-        let expired: Vec<(IpAddr, Option<String>)> = block
-            .ips
-            .iter()
-            .filter(|(_, h)| h.held_until.is_some_and(|t| t < now))
-            .map(|(ip, h)| (*ip, h.identity.clone()))
-            .collect();
-        for (ip, identity) in expired {
-            block.ips.remove(&ip);
-            if let Some(identity) = identity {
-                let key = sticky_key(&identity);
-                if read::<Sticky>(self.store, &key)?.is_some_and(|s| s.until < now) {
-                    self.store.delete(&key)?;
-                }
+    /// Drops the hold on `ip` of `block`, kept for a sticky pod, and, if the pod's
+    /// record has run out too, the record and the pod's holds on its other addresses
+    /// (its other family's block): one pod's record and one more block in the commit.
+    /// The caller writes `block`.
+    fn drop_hold(&mut self, block: &mut Block, ip: IpAddr) -> Result<(), Error> {
+        let Some(holder) = block.ips.remove(&ip) else {
+            return Ok(());
+        };
+        block.note_if_empty(self.now);
+        let Some(identity) = holder.identity else {
+            return Ok(());
+        };
+        let key = sticky_key(&identity);
+        let Some(sticky) = read::<Sticky>(self.store, &key)?.filter(|s| s.until < self.now) else {
+            return Ok(());
+        };
+        self.store.delete(&key)?;
+        for other in sticky.ips.into_iter().filter(|other| *other != ip) {
+            let Some(other_net) = self.conf.range_of(other).and_then(|r| r.block_of(other)) else {
+                continue;
+            };
+            let other_key = block_key(other_net);
+            let Some(mut other_block) = read::<Block>(self.store, &other_key)? else {
+                continue;
+            };
+            let kept_for_pod = other_block.ips.get(&other).is_some_and(|h| {
+                h.expired(self.now) && h.identity.as_deref() == Some(identity.as_str())
+            });
+            if kept_for_pod {
+                other_block.ips.remove(&other);
+                other_block.note_if_empty(self.now);
+                write(self.store, &other_key, &other_block)?;
             }
-        }
-        if block.ips.is_empty() && block.empty_since.is_none() {
-            block.empty_since = Some(now);
         }
         Ok(())
     }
 
     /// This node's blocks of `pool`. Its blocks of every range are one listing, read
     /// once per call until the call claims or frees one.
+    ///
+    /// The listing is a peek: it is not checked at the commit, so a node with many
+    /// blocks does not spend a compare on each. It only says where to look: every
+    /// block used is read (and checked) itself, and its record's `node` decides
+    /// whose it is. Only this node's calls, under its lock, add to its list.
     fn my_blocks(&mut self, pool: &Range) -> Vec<IpNet> {
         let mine = self.mine.get_or_insert_with(|| {
             let prefix = aff_prefix(self.node);
             self.store
-                .list(&prefix)
+                .peek(&prefix)
                 .into_iter()
                 .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
                 .collect()
@@ -290,7 +393,7 @@ impl<S: Store> Call<'_, S> {
     ) -> Result<(IpAddr, bool), Error> {
         let mine = self.my_blocks(range);
         for &block_net in &mine {
-            if let Some(ip) = self.take_free(range, block_net, holder)? {
+            if let Some(ip) = self.take_free(range, block_net, holder, Some(self.node))? {
                 return Ok((ip, false));
             }
         }
@@ -358,10 +461,36 @@ impl<S: Store> Call<'_, S> {
         if claimed.is_empty() {
             return Ok(None);
         }
-        let start = (range.start_for(self.node) % claimed.len() as u128) as usize;
-        let tries = claimed.len().min(MAX_BORROW_READS);
-        for block_net in (0..tries).map(|i| claimed[(start + i) % claimed.len()]) {
-            if let Some(ip) = self.take_free(range, block_net, holder)? {
+        // Which of them have an address to take, from one peek of every block (a
+        // request, not a key of the commit): only those are read, so a free address
+        // in any claimed block is found however many blocks are full.
+        let kept = self.kept(range)?;
+        let now = self.now;
+        let others: BTreeSet<IpNet> = claimed.iter().copied().collect();
+        let open: BTreeSet<IpNet> = self
+            .store
+            .peek("blk/")
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let net: IpNet = key.strip_prefix("blk/")?.parse().ok()?;
+                let block: Block = serde_json::from_slice(&value).ok()?;
+                let takable = range
+                    .addresses(net)
+                    .any(|a| !kept.contains(a) && block.ips.get(&a).is_none_or(|h| h.expired(now)));
+                (others.contains(&net) && takable).then_some(net)
+            })
+            .collect();
+        let open: Vec<IpNet> = claimed.into_iter().filter(|b| open.contains(b)).collect();
+        if open.is_empty() {
+            return Ok(None);
+        }
+        let start = (range.start_for(self.node) % open.len() as u128) as usize;
+        // Each block read is a key of the commit: leave room for the call's writes.
+        // A peeked block taken meanwhile by its node is passed over for the next.
+        let room = self.room().saturating_sub(OWN_WRITES_AFTER_BORROW);
+        let tries = open.len().min(MAX_BORROW_READS).min(room);
+        for block_net in (0..tries).map(|i| open[(start + i) % open.len()]) {
+            if let Some(ip) = self.take_free(range, block_net, holder, None)? {
                 return Ok(Some(ip));
             }
         }
@@ -444,7 +573,18 @@ impl<S: Store> Call<'_, S> {
                 }
             }
         };
-        self.sweep(&mut block)?;
+        if self.conf.strict_affinity && block.node != self.node {
+            return Err(Error::new(
+                codes::BLOCK_LIMIT,
+                format!(
+                    "requested address {ip} is in block {block_net} of node {}, and strictAffinity forbids borrowing from other nodes' blocks",
+                    block.node
+                ),
+            ));
+        }
+        if block.ips.get(&ip).is_some_and(|h| h.expired(self.now)) {
+            self.drop_hold(&mut block, ip)?;
+        }
         if let Some(other) = block.ips.get(&ip) {
             return Err(Error::new(
                 code::MODULE_SPECIFIC,
@@ -488,7 +628,13 @@ impl<S: Store> Call<'_, S> {
                 .ips
                 .get(&ip)
                 .is_some_and(|h| h.held_until.is_some() && h.identity.as_deref() == Some(identity));
-            if kept {
+            if kept && self.conf.strict_affinity && block.node != self.node {
+                // Rescheduled to another node under strictAffinity: the pod gets an
+                // address of this node's block, and its hold is dropped.
+                block.ips.remove(&ip);
+                block.note_if_empty(self.now);
+                write(self.store, &block_key, &block)?;
+            } else if kept {
                 block.ips.insert(ip, holder.clone());
                 block.empty_since = None;
                 write(self.store, &block_key, &block)?;
@@ -498,12 +644,15 @@ impl<S: Store> Call<'_, S> {
         Ok(back)
     }
 
-    /// Releases one attachment's addresses (kept for its pod when sticky), then frees
-    /// this node's blocks that have been empty past the grace period.
-    fn release(&mut self, id: &str, ifname: &str) -> Result<Vec<IpAddr>, Error> {
-        let released = self.release_attachment(id, ifname)?;
-        self.free_idle_blocks()?;
-        Ok(released)
+    /// What [`Call::account`] may write: each watched range's use row and warning.
+    fn account_keys(&self) -> usize {
+        2 * self
+            .conf
+            .pools
+            .iter()
+            .filter(|p| p.warn_percent.is_some())
+            .map(|p| p.ranges.len())
+            .sum::<usize>()
     }
 
     /// Publishes this node's use of the ranges `ips` fall in and logs the warnings it
@@ -526,8 +675,13 @@ impl<S: Store> Call<'_, S> {
         let mut released = Vec::new();
         if let Some(own) = read::<Own>(self.store, &key)? {
             released.clone_from(&own.ips);
-            let keep = own.identity.clone().filter(|_| self.conf.sticky > 0);
-            let until = self.now + self.conf.sticky;
+            // The pool's stickiness now (an operator may have turned it off since).
+            let seconds = own
+                .ips
+                .first()
+                .map_or(0, |ip| self.conf.sticky_seconds_of(*ip));
+            let keep = own.identity.clone().filter(|_| seconds > 0);
+            let until = self.now + seconds;
             for ip in &own.ips {
                 let Some(block_net) = self.conf.range_of(*ip).and_then(|p| p.block_of(*ip)) else {
                     continue;
@@ -554,7 +708,7 @@ impl<S: Store> Call<'_, S> {
                         block.ips.remove(ip);
                     }
                 }
-                self.sweep(&mut block)?;
+                block.note_if_empty(self.now);
                 write(self.store, &block_key, &block)?;
             }
             if let Some(identity) = &keep {
@@ -569,32 +723,6 @@ impl<S: Store> Call<'_, S> {
         Ok(released)
     }
 
-    /// Frees this node's blocks that hold nothing and have held nothing for the grace.
-    fn free_idle_blocks(&mut self) -> Result<(), Error> {
-        for pool in self.conf.ranges() {
-            for block_net in self.my_blocks(pool) {
-                let key = block_key(block_net);
-                let Some(mut block) = read::<Block>(self.store, &key)? else {
-                    continue;
-                };
-                let (held, empty_since) = (block.ips.len(), block.empty_since);
-                self.sweep(&mut block)?;
-                let idle = block.ips.is_empty()
-                    && block
-                        .empty_since
-                        .is_some_and(|t| self.now >= t.saturating_add(self.conf.grace));
-                if idle {
-                    self.free_block(pool, block_net)?;
-                } else if (held, empty_since) != (block.ips.len(), block.empty_since) {
-                    // Expired sticky holds went: the block's grace starts now, not at
-                    // each later look.
-                    write(self.store, &key, &block)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Frees one of this node's blocks: its record, its affinity, its place in the pool.
     fn free_block(&mut self, pool: &Range, block_net: IpNet) -> Result<(), Error> {
         self.mine = None;
@@ -607,25 +735,33 @@ impl<S: Store> Call<'_, S> {
         write(self.store, &pool_key, &claimed)
     }
 
-    /// Releases everything of this call's node, a node that is gone: each attachment as
-    /// its DEL would (sticky addresses kept for their pods), then each of its blocks at
-    /// once, without the grace. A block that still holds addresses (another node's pod
-    /// borrowed one, or one is kept for a sticky pod) cannot be freed; it is handed to
-    /// `heir`, the live node the operator runs on, whose own grace rule frees it once
-    /// it is empty.
+    /// Releases what one transaction holds of this call's node, a node that is gone:
+    /// each attachment as its DEL would (sticky addresses kept for their pods), then
+    /// each of its blocks at once, without the grace. A block that still holds
+    /// addresses (another node's pod borrowed one, or one is kept for a sticky pod)
+    /// cannot be freed; it is handed to `heir`, the live node the operator runs on,
+    /// whose own upkeep frees it once it is empty. What does not fit the transaction
+    /// (`commit-room`) is left for the host's next batch; the node's published use
+    /// goes with its last.
     fn release_node(&mut self, heir: &str) -> Result<ReleaseReport, Error> {
         let mut report = ReleaseReport::default();
         let prefix = format!("own/{}/", self.node);
+        // A peek: each attachment released is read (and checked) by its release.
         let attachments: Vec<(String, String)> = self
             .store
-            .list(&prefix)
+            .peek(&prefix)
             .into_iter()
             .filter_map(|(key, _)| {
                 let (id, ifname) = key[prefix.len()..].split_once('/')?;
                 Some((id.to_string(), ifname.to_string()))
             })
             .collect();
+        let mut left = false;
         for (id, ifname) in attachments {
+            if self.room() < upkeep::ATTACHMENT_KEYS {
+                left = true;
+                break;
+            }
             for ip in self.release_attachment(&id, &ifname)? {
                 report.addresses.push(ReleasedAddress {
                     address: ip.to_string(),
@@ -634,38 +770,184 @@ impl<S: Store> Call<'_, S> {
                 });
             }
         }
-        for pool in self.conf.ranges() {
-            for block_net in self.my_blocks(pool) {
-                let key = block_key(block_net);
-                let Some(mut block) = read::<Block>(self.store, &key)? else {
-                    continue;
-                };
-                self.sweep(&mut block)?;
-                if block.ips.is_empty() {
-                    self.free_block(pool, block_net)?;
-                    report.blocks.push(block_net.to_string());
-                    continue;
-                }
-                let kept = block
-                    .ips
-                    .values()
-                    .filter(|h| h.held_until.is_some())
-                    .count();
-                report.notes.push(format!(
-                    "block {block_net} is handed to node {heir}, not freed: it holds {} address(es) of other nodes' pods and {kept} kept for sticky pods; {heir} frees it once it is empty",
-                    block.ips.len() - kept,
-                ));
-                block.node = heir.to_string();
-                write(self.store, &key, &block)?;
-                self.mine = None;
-                self.store
-                    .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
-                self.store
-                    .put(&format!("{}{block_net}", aff_prefix(heir)), b"")?;
+        let ranges: Vec<Range> = self.conf.ranges().cloned().collect();
+        let mut blocks: Vec<(Range, IpNet)> = Vec::new();
+        for range in ranges {
+            for block in self.my_blocks(&range) {
+                blocks.push((range.clone(), block));
             }
         }
-        usage::forget(self.store, self.conf, self.node)?;
+        // A block no node may take within its limits stays the gone node's.
+        let mut stays = false;
+        for (pool, block_net) in blocks {
+            if left || self.room() < upkeep::BLOCK_KEYS {
+                left = true;
+                break;
+            }
+            let key = block_key(block_net);
+            let Some(mut block) = read::<Block>(self.store, &key)? else {
+                continue;
+            };
+            if block.node != self.node {
+                continue;
+            }
+            let swept = self.sweep(&mut block)?;
+            if swept.unfinished {
+                if swept.changed {
+                    write(self.store, &key, &block)?;
+                }
+                left = true;
+                break;
+            }
+            if block.ips.is_empty() {
+                self.free_block(&pool, block_net)?;
+                report.blocks.push(block_net.to_string());
+                continue;
+            }
+            // Live pods of other nodes hold addresses here, or sticky pods' are kept:
+            // the block goes to a node that may take it (maxBlocksPerNode).
+            let live: BTreeSet<String> = block
+                .ips
+                .values()
+                .filter(|h| h.held_until.is_none())
+                .map(|h| h.node.clone())
+                .collect();
+            // Its write and affinities, and a key per address the taker's pods or
+            // sticky pods hold in it (an own record made unborrowed, a hold's record).
+            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for h in block.ips.values() {
+                *per_node.entry(h.node.as_str()).or_default() += 1;
+            }
+            let most = per_node.values().max().copied().unwrap_or(0);
+            if self.room() < upkeep::BLOCK_KEYS + most {
+                left = true;
+                break;
+            }
+            let takers = live.iter().map(String::as_str).chain([heir]);
+            let taker = takers
+                .filter(|node| *node != self.node)
+                .find(|node| self.may_claim(node, &pool))
+                .map(str::to_string);
+            match taker {
+                Some(taker) => {
+                    self.hand_block(&key, &mut block, block_net, &taker, &mut report)?;
+                }
+                None => {
+                    self.drop_sticky_holds(&mut block, block_net, &mut report)?;
+                    if block.ips.is_empty() {
+                        self.free_block(&pool, block_net)?;
+                        report.blocks.push(block_net.to_string());
+                        continue;
+                    }
+                    write(self.store, &key, &block)?;
+                    stays = true;
+                    report.notes.push(format!(
+                        "block {block_net} stays node {}'s: {} address(es) of live pods of node(s) {} keep it, and each of those nodes and {heir} holds its maxBlocksPerNode blocks; run release-node again once they are deleted",
+                        self.node,
+                        block.ips.len(),
+                        live.iter().cloned().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+        }
+        if !left && !stays {
+            usage::forget(self.store, self.conf, self.node)?;
+        }
         Ok(report)
+    }
+
+    /// Whether `node` may claim one more block of `range` (`maxBlocksPerNode`).
+    fn may_claim(&self, node: &str, range: &Range) -> bool {
+        let Some(max) = self.conf.max_blocks else {
+            return true;
+        };
+        let prefix = aff_prefix(node);
+        let held = self
+            .store
+            .peek(&prefix)
+            .into_iter()
+            .filter_map(|(key, _)| key[prefix.len()..].parse::<IpNet>().ok())
+            .filter(|b| range.cidr.contains(b) && b.prefix_len() == range.block_len)
+            .count();
+        held < max
+    }
+
+    /// Hands a gone node's block to `taker`: its pods' addresses there are its own
+    /// now, no longer borrowed; sticky holds stay, each said.
+    fn hand_block(
+        &mut self,
+        key: &str,
+        block: &mut Block,
+        block_net: IpNet,
+        taker: &str,
+        report: &mut ReleaseReport,
+    ) -> Result<(), Error> {
+        let mut live = 0;
+        for (ip, h) in &block.ips {
+            if let Some(until) = h.held_until {
+                report.notes.push(format!(
+                    "address {ip} stays kept for pod {} until {until} (Unix seconds), in block {block_net}, now node {taker}'s",
+                    h.identity.as_deref().unwrap_or("?")
+                ));
+                continue;
+            }
+            live += 1;
+            if h.node != taker {
+                continue;
+            }
+            let own_key = own_key(taker, &h.id, &h.ifname);
+            if let Some(mut own) = read::<Own>(self.store, &own_key)?
+                && own.borrowed.contains(ip)
+            {
+                own.borrowed.retain(|b| b != ip);
+                write(self.store, &own_key, &own)?;
+            }
+        }
+        report.notes.push(format!(
+            "block {block_net} is handed to node {taker}, not freed: it holds {live} address(es) of live pods; {taker} frees it once it is empty"
+        ));
+        block.node = taker.to_string();
+        write(self.store, key, block)?;
+        self.mine = None;
+        self.store
+            .delete(&format!("{}{block_net}", aff_prefix(self.node)))?;
+        self.store
+            .put(&format!("{}{block_net}", aff_prefix(taker)), b"")
+    }
+
+    /// Releases the addresses kept for sticky pods in `block` (no node may take the
+    /// block), each said: their pods get new addresses.
+    fn drop_sticky_holds(
+        &mut self,
+        block: &mut Block,
+        block_net: IpNet,
+        report: &mut ReleaseReport,
+    ) -> Result<(), Error> {
+        let kept: Vec<(IpAddr, Option<String>)> = block
+            .ips
+            .iter()
+            .filter(|(_, h)| h.held_until.is_some())
+            .map(|(ip, h)| (*ip, h.identity.clone()))
+            .collect();
+        for (ip, identity) in kept {
+            block.ips.remove(&ip);
+            if let Some(identity) = &identity {
+                let key = sticky_key(identity);
+                if let Some(mut sticky) = read::<Sticky>(self.store, &key)? {
+                    sticky.ips.retain(|k| *k != ip);
+                    match sticky.ips.is_empty() {
+                        true => self.store.delete(&key).map(drop)?,
+                        false => write(self.store, &key, &sticky)?,
+                    }
+                }
+            }
+            report.notes.push(format!(
+                "address {ip}, kept for pod {}, is released: no node may take block {block_net} within maxBlocksPerNode, so the pod gets a new address at its next ADD",
+                identity.as_deref().unwrap_or("?")
+            ));
+        }
+        block.note_if_empty(self.now);
+        Ok(())
     }
 }
 
@@ -692,79 +974,109 @@ fn result(conf: &Conf, ips: &[IpAddr], borrowed: &[IpAddr]) -> IpamResult {
 
 pub struct ClusterPool;
 
+/// ADD: the attachment's addresses (again, if it has them), one per range of its pool.
+fn add_attachment(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
+    let conf = Conf::of(request)?;
+    let node = request.node_name();
+    let now = request.lock_granted_at().seconds;
+    let (id, ifname) = (request.container_id(), request.ifname());
+    let key = own_key(node, id, ifname);
+    if let Some(own) = read::<Own>(store, &key)? {
+        return Ok(result(&conf, &own.ips, &own.borrowed));
+    }
+    let pool = select::pool_for(&conf, request)?;
+    let identity = identity(request, pool)?;
+    let holder = Holder {
+        id: id.to_string(),
+        ifname: ifname.to_string(),
+        node: node.to_string(),
+        since: now,
+        identity: None,
+        held_until: None,
+    };
+    let requested = requested(request)?;
+    if let Some(ip) = requested.first()
+        && !pool.allow_requested
+    {
+        return Err(Error::new(
+            codes::REQUESTS_REFUSED,
+            format!(
+                "requested address {ip}: pool {:?} refuses requested addresses (allowRequested: false)",
+                pool.name
+            ),
+        ));
+    }
+    let mut call = Call::new(store, &conf, node, now);
+    // Each address and whether it is borrowed from another node's block.
+    let mut got: Vec<(IpAddr, bool)> = Vec::new();
+    if let Some(identity) = &identity {
+        got = call.reclaim(identity, &holder)?;
+    }
+    for ip in requested {
+        if got.iter().any(|(held, _)| *held == ip) {
+            continue;
+        }
+        let range = pool
+            .ranges
+            .iter()
+            .find(|r| r.cidr.contains(&ip))
+            .ok_or_else(|| {
+                Error::invalid_config(format!(
+                    "requested address {ip} is not in pool {:?}, the pod's",
+                    pool.name
+                ))
+            })?;
+        got.push((ip, call.take(range, ip, &holder)?));
+    }
+    for range in &pool.ranges {
+        if !got
+            .iter()
+            .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
+        {
+            got.push(call.next(&pool.name, range, &holder)?);
+        }
+    }
+    let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
+    let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
+    let own = Own {
+        ips: ips.clone(),
+        since: now,
+        identity,
+        borrowed: borrowed.clone(),
+    };
+    write(call.store, &key, &own)?;
+    call.account(&ips)?;
+    Ok(result(&conf, &ips, &borrowed))
+}
+
 #[wasm_ipam_guest::ipam_module]
 impl IpamModule for ClusterPool {
+    /// ADD, and what it learned for CNI STATUS (`readiness`): a pool this node found
+    /// exhausted (or could only borrow from under `strictAffinity`) is reported degraded,
+    /// the node staying ready; the next ADD that gets an address, or a DEL that frees
+    /// one, clears it.
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
-        let conf = Conf::of(request)?;
-        let node = request.node_name();
-        let now = request.lock_granted_at().seconds;
-        let (id, ifname) = (request.container_id(), request.ifname());
-        let key = own_key(node, id, ifname);
-        if let Some(own) = read::<Own>(store, &key)? {
-            return Ok(result(&conf, &own.ips, &own.borrowed));
-        }
-        let pool = select::pool_for(&conf, request)?;
-        let identity = identity(request);
-        let holder = Holder {
-            id: id.to_string(),
-            ifname: ifname.to_string(),
-            node: node.to_string(),
-            since: now,
-            identity: None,
-            held_until: None,
-        };
-        let requested = requested(request)?;
-        let mut call = Call::new(store, &conf, node, now);
-        // Each address and whether it is borrowed from another node's block.
-        let mut got: Vec<(IpAddr, bool)> = Vec::new();
-        if conf.sticky > 0
-            && let Some(identity) = &identity
-        {
-            got = call.reclaim(identity, &holder)?;
-        }
-        for ip in requested {
-            if got.iter().any(|(held, _)| *held == ip) {
-                continue;
+        let added = add_attachment(request, store);
+        match &added {
+            Ok(_) => readiness::degraded(&[]),
+            Err(e) if [codes::EXHAUSTED, codes::BLOCK_LIMIT].contains(&e.code) => {
+                readiness::degraded(std::slice::from_ref(e))
             }
-            let range = pool
-                .ranges
-                .iter()
-                .find(|r| r.cidr.contains(&ip))
-                .ok_or_else(|| {
-                    Error::invalid_config(format!(
-                        "requested address {ip} is not in pool {:?}, the pod's",
-                        pool.name
-                    ))
-                })?;
-            got.push((ip, call.take(range, ip, &holder)?));
+            Err(_) => {}
         }
-        for range in &pool.ranges {
-            if !got
-                .iter()
-                .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
-            {
-                got.push(call.next(&pool.name, range, &holder)?);
-            }
-        }
-        let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
-        let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
-        let own = Own {
-            ips: ips.clone(),
-            since: now,
-            identity,
-            borrowed: borrowed.clone(),
-        };
-        write(call.store, &key, &own)?;
-        call.account(&ips)?;
-        Ok(result(&conf, &ips, &borrowed))
+        added
     }
 
     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
         let conf = Conf::of(request)?;
         let now = request.lock_granted_at().seconds;
         let mut call = Call::new(store, &conf, request.node_name(), now);
-        let released = call.release(request.container_id(), request.ifname())?;
-        call.account(&released)
+        let released = call.release_attachment(request.container_id(), request.ifname())?;
+        call.account(&released)?;
+        if !released.is_empty() {
+            readiness::degraded(&[]);
+        }
+        call.upkeep(upkeep::start_for(request.container_id(), now))
     }
 
     fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
@@ -786,13 +1098,17 @@ impl IpamModule for ClusterPool {
         }
     }
 
-    /// Releases this node's attachments that are not valid (other nodes' are theirs).
+    /// Releases this node's attachments that are not valid (other nodes' are theirs),
+    /// as many as one transaction holds (`commit-room`): the host runs GC again while
+    /// a run fills its transaction.
     fn gc(request: &Request, valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
         let conf = Conf::of(request)?;
         let node = request.node_name();
+        let now = request.lock_granted_at().seconds;
         let prefix = format!("own/{node}/");
+        // A peek: each attachment released is read (and checked) by its release.
         let stale: Vec<(String, String)> = store
-            .list(&prefix)
+            .peek(&prefix)
             .into_iter()
             .filter_map(|(key, _)| {
                 let (id, ifname) = key[prefix.len()..].split_once('/')?;
@@ -802,13 +1118,17 @@ impl IpamModule for ClusterPool {
                 (!valid).then(|| (id.to_string(), ifname.to_string()))
             })
             .collect();
-        let mut call = Call::new(store, &conf, node, request.lock_granted_at().seconds);
+        let mut call = Call::new(store, &conf, node, now);
+        let keep = call.account_keys();
         let mut released = Vec::new();
         for (id, ifname) in stale {
-            released.extend(call.release(&id, &ifname)?);
+            if call.room() < upkeep::ATTACHMENT_KEYS + keep {
+                break;
+            }
+            released.extend(call.release_attachment(&id, &ifname)?);
         }
-        call.free_idle_blocks()?;
-        call.account(&released)
+        call.account(&released)?;
+        call.upkeep(upkeep::start_for("", now))
     }
 
     /// Releases everything of `node`, a node removed from the cluster: its attachments
@@ -839,15 +1159,15 @@ impl IpamModule for ClusterPool {
     fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
         let conf = context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()?;
         let mut out = Vec::new();
-        for (key, _) in store.list("own/") {
+        // One listing with the values: a read per attachment would be a request
+        // each, paced by the node's etcd rate (`qps`).
+        for (key, value) in store.list("own/") {
             let mut parts = key["own/".len()..].splitn(3, '/');
             let (Some(node), Some(id), Some(ifname)) = (parts.next(), parts.next(), parts.next())
             else {
                 continue;
             };
-            let Some(own) = read::<Own>(store, &key)? else {
-                continue;
-            };
+            let own: Own = decode(&key, &value)?;
             for ip in own.ips {
                 let mut row = Allocation::new(ip, id, ifname)
                     .since(own.since)
@@ -871,12 +1191,14 @@ impl IpamModule for ClusterPool {
             .into_iter()
             .filter(|row| row.kind == UsageKind::Pool)
             .map(|row| {
+                // inspect's counts saturate at 2^64-1 (`wide-usage` is exact).
+                let narrow = |n: u128| u64::try_from(n).unwrap_or(u64::MAX);
                 let pool = wasm_ipam_guest::Pool::new(row.name)
-                    .in_use(row.in_use)
-                    .cooling_down(row.cooling_down)
-                    .excluded(row.reserved);
+                    .in_use(narrow(row.in_use))
+                    .cooling_down(narrow(row.cooling_down))
+                    .excluded(narrow(row.reserved));
                 match row.capacity {
-                    Some(capacity) => pool.capacity(capacity).free_from_capacity(),
+                    Some(capacity) => pool.capacity(narrow(capacity)).free_from_capacity(),
                     None => pool,
                 }
             })
@@ -889,7 +1211,7 @@ impl IpamModule for ClusterPool {
     /// block, with its node.
     fn usage(context: &Context, store: &impl Store) -> Result<Vec<PoolUsage>, Error> {
         match context.ipam::<Ipam>()?.map(Conf::from_ipam).transpose()? {
-            Some(conf) => usage::rows(store, &conf),
+            Some(conf) => usage::rows(store, &conf, context.now().seconds),
             None => Ok(Vec::new()),
         }
     }
@@ -905,7 +1227,7 @@ impl IpamModule for ClusterPool {
         let conf = operator_conf(context)?;
         let (range, net) = reserved_range(&conf, cidr)?;
         let now = context.now().seconds;
-        let held = usage::held_in(&*store, range, net, now)?;
+        let held = usage::held_in(&*store, range, net, now, usage::Read::Checked)?;
         if !held.is_empty() && !force {
             let shown: Vec<String> = held.iter().take(8).map(IpAddr::to_string).collect();
             return Err(Error::new(
@@ -963,7 +1285,13 @@ impl IpamModule for ClusterPool {
             true => store.delete(&key).map(drop)?,
             false => write(store, &key, &all)?,
         }
-        let held = usage::held_in(&*store, range, net, context.now().seconds)?;
+        let held = usage::held_in(
+            &*store,
+            range,
+            net,
+            context.now().seconds,
+            usage::Read::Peeked,
+        )?;
         Ok(Reservation::new(net, ended.note, ended.since).held(held))
     }
 
@@ -974,7 +1302,13 @@ impl IpamModule for ClusterPool {
         for range in conf.ranges() {
             let all = reserve::of(store, range)?;
             for (net, r) in all {
-                let held = usage::held_in(store, range, net, context.now().seconds)?;
+                let held = usage::held_in(
+                    store,
+                    range,
+                    net,
+                    context.now().seconds,
+                    usage::Read::Peeked,
+                )?;
                 out.push(Reservation::new(net, r.note, r.since).held(held));
             }
         }

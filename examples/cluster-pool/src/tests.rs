@@ -286,7 +286,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_at_once_and_leaves_the_o
 }
 
 #[test]
-fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node() {
+fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_that_node() {
     let conf = config(json!({"stickySeconds": 300}));
     let mut store = MemoryStore::default();
     let c = add(&mut store, "c", "c1", 1, &conf);
@@ -297,7 +297,7 @@ fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node(
     };
     let wanted = std::net::Ipv4Addr::from(u32::from(network) + 5).to_string();
     let borrowed = ClusterPool::add(
-        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", &wanted)]),
+        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", wanted.as_str())]),
         &mut store,
     )
     .unwrap();
@@ -319,43 +319,114 @@ fn a_gone_nodes_block_holding_another_nodes_pod_is_handed_to_the_operators_node(
         ClusterPool::release_node(&operator(&conf, "a", 10), "c", false, &mut store).unwrap();
     assert!(report.blocks.is_empty(), "{report:?}");
     assert_eq!(report.addresses.len(), 1, "c1 only: c2 was deleted already");
-    assert!(
-        report.notes[0].contains(&format!("block {block} is handed to node a"))
-            && report.notes[0].contains("1 address(es) of other nodes' pods and 1 kept"),
-        "{:?}",
-        report.notes
+    let sticky_ip = bare(&sticky.ips[0].address).to_string();
+    assert_eq!(
+        report.notes,
+        [
+            format!(
+                "address {sticky_ip} stays kept for pod db/db-0 until 302 (Unix seconds), in block {block}, now node b's"
+            ),
+            format!(
+                "block {block} is handed to node b, not freed: it holds 1 address(es) of live pods; b frees it once it is empty"
+            ),
+        ]
     );
-    assert_eq!(owner(&store, &block).as_deref(), Some("a"));
-    assert!(store.get(&format!("aff/a/{block}")).is_some());
+    assert_eq!(owner(&store, &block).as_deref(), Some("b"));
+    assert!(store.get(&format!("aff/b/{block}")).is_some());
     assert!(store.list("aff/c/").is_empty());
-    // b's pod keeps its address; the sticky pod gets its own back, on node b.
+    // b's pod keeps its address, no longer borrowed: the block is b's.
     assert!(holders(&store, &conf).contains(&("b1".to_string(), wanted)));
+    let listed = ClusterPool::allocations(&operator(&conf, "a", 11), &store).unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|a| !a.attributes.iter().any(|(k, _)| k == "borrowed")),
+        "{listed:?}"
+    );
+    // The sticky pod gets its own back on node b, from b's own block now.
     let back = ClusterPool::add(
         &call(Command::Add, "b", "c3", 20, &conf).with_args(&pod),
         &mut store,
     )
     .unwrap();
-    assert_eq!(
-        bare(&back.ips[0].address),
-        bare(&sticky.ips[0].address),
-        "borrowed by b from the block a holds now"
-    );
-    assert!(back.ips[0].address.ends_with("/32"), "{back:?}");
-    // Once empty (the sticky pod's retention over too), the block goes by its new
-    // node's grace rule.
+    assert_eq!(bare(&back.ips[0].address), sticky_ip);
+    assert!(!back.ips[0].address.ends_with("/32"), "{back:?}");
+    // Once empty, the block goes by its new node's grace rule.
     del(&mut store, "b", "b1", 30, &conf);
     ClusterPool::del(
         &call(Command::Del, "b", "c3", 30, &conf).with_args(&pod),
         &mut store,
     )
     .unwrap();
-    del(&mut store, "a", "nothing", 400, &conf);
+    del(&mut store, "b", "nothing", 400, &conf);
     assert_eq!(
         owner(&store, &block).as_deref(),
-        Some("a"),
+        Some("b"),
         "within the grace"
     );
-    del(&mut store, "a", "nothing", 460, &conf);
+    del(&mut store, "b", "nothing", 460, &conf);
+    assert_eq!(owner(&store, &block), None);
+}
+
+#[test]
+fn a_gone_nodes_block_goes_only_where_max_blocks_per_node_allows() {
+    // Every node holds its one block: nobody may take c's.
+    let conf = config(json!({"stickySeconds": 300, "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let c = add(&mut store, "c", "c1", 1, &conf);
+    add(&mut store, "a", "a1", 1, &conf);
+    let b_own = add(&mut store, "b", "b0", 1, &conf);
+    assert_ne!(block_of(&b_own), block_of(&c));
+    let block = block_of(&c);
+    let IpAddr::V4(network) = block.parse::<IpNet>().unwrap().network() else {
+        unreachable!("an IPv4 pool")
+    };
+    let wanted = std::net::Ipv4Addr::from(u32::from(network) + 5).to_string();
+    ClusterPool::add(
+        &call(Command::Add, "b", "b1", 1, &conf).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap();
+    let pod = [("K8S_POD_NAMESPACE", "db"), ("K8S_POD_NAME", "db-0")];
+    let sticky = ClusterPool::add(
+        &call(Command::Add, "c", "c2", 1, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+    ClusterPool::del(
+        &call(Command::Del, "c", "c2", 2, &conf).with_args(&pod),
+        &mut store,
+    )
+    .unwrap();
+
+    let report =
+        ClusterPool::release_node(&operator(&conf, "a", 10), "c", false, &mut store).unwrap();
+    let sticky_ip = bare(&sticky.ips[0].address).to_string();
+    assert_eq!(
+        report.notes,
+        [
+            format!(
+                "address {sticky_ip}, kept for pod db/db-0, is released: no node may take block {block} within maxBlocksPerNode, so the pod gets a new address at its next ADD"
+            ),
+            format!(
+                "block {block} stays node c's: 1 address(es) of live pods of node(s) b keep it, and each of those nodes and a holds its maxBlocksPerNode blocks; run release-node again once they are deleted"
+            ),
+        ]
+    );
+    assert_eq!(owner(&store, &block).as_deref(), Some("c"));
+    for node in ["a", "b"] {
+        assert_eq!(
+            store.list(&format!("aff/{node}/")).len(),
+            1,
+            "{node} stays within its limit"
+        );
+    }
+    assert!(store.get("sticky/db/db-0").is_none());
+    // Once b's pod is deleted, releasing c again frees the block.
+    del(&mut store, "b", "b1", 20, &conf);
+    let again =
+        ClusterPool::release_node(&operator(&conf, "a", 21), "c", false, &mut store).unwrap();
+    assert_eq!(again.blocks, std::slice::from_ref(&block), "{again:?}");
     assert_eq!(owner(&store, &block), None);
 }
 
@@ -606,6 +677,115 @@ fn with_strict_affinity_a_node_that_would_borrow_fails() {
 }
 
 #[test]
+fn with_strict_affinity_a_requested_address_in_another_nodes_block_is_refused() {
+    let conf = config(json!({"cidr": "10.9.0.0/26", "strictAffinity": true}));
+    let mut store = MemoryStore::default();
+    let b0 = add(&mut store, "b", "b0", 1, &conf);
+    // The next address of b's block, free but b's.
+    let wanted = bare(&b0).parse::<std::net::Ipv4Addr>().unwrap();
+    let wanted = std::net::Ipv4Addr::from(u32::from(wanted) + 1).to_string();
+    let before = store.clone();
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "a0", 1, &conf).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT, "{err:?}");
+    assert!(
+        err.msg
+            .contains(&format!("requested address {wanted} is in block"))
+            && err.msg.contains("of node b")
+            && err.msg.contains("strictAffinity"),
+        "{}",
+        err.msg
+    );
+    assert_eq!(store, before, "nothing written");
+    // Without strictAffinity it is borrowed.
+    let loose = config(json!({"cidr": "10.9.0.0/26"}));
+    let got = ClusterPool::add(
+        &call(Command::Add, "a", "a0", 1, &loose).with_args(&[("IP", wanted.as_str())]),
+        &mut store,
+    )
+    .unwrap();
+    assert_eq!(bare(&got.ips[0].address), wanted);
+}
+
+#[test]
+fn with_strict_affinity_a_sticky_pod_on_another_node_gets_a_local_address_and_its_hold_goes() {
+    let conf = config(json!({"cidr": "10.9.0.0/26", "strictAffinity": true, "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let sticky = |node: &str, at: u64, command: Command| {
+        call(command, node, "web-0", at, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", "web-0")])
+    };
+    let first = ClusterPool::add(&sticky("b", 1, Command::Add), &mut store).unwrap();
+    let first = bare(&first.ips[0].address).to_string();
+    ClusterPool::del(&sticky("b", 2, Command::Del), &mut store).unwrap();
+    assert_eq!(store.list("sticky/").len(), 1, "kept for web-0");
+    // Rescheduled to node a, within its time: a's own block, not b's kept address.
+    let moved = ClusterPool::add(&sticky("a", 3, Command::Add), &mut store).unwrap();
+    let moved = bare(&moved.ips[0].address).to_string();
+    assert_ne!(moved, first);
+    assert!(store.list("sticky/").is_empty(), "the hold's record went");
+    let b_block = store
+        .list("blk/")
+        .into_iter()
+        .map(|(_, v)| serde_json::from_slice::<serde_json::Value>(&v).unwrap())
+        .find(|b| b["node"] == "b")
+        .unwrap();
+    assert!(
+        b_block["ips"].as_object().unwrap().is_empty(),
+        "b's block no longer holds {first}: {b_block}"
+    );
+    // Without strictAffinity the pod takes its kept address back, borrowed.
+    let loose = config(json!({"cidr": "10.9.0.0/26", "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let again = |node: &str, at: u64, command: Command| {
+        call(command, node, "web-0", at, &loose)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", "web-0")])
+    };
+    let first = ClusterPool::add(&again("b", 1, Command::Add), &mut store).unwrap();
+    ClusterPool::del(&again("b", 2, Command::Del), &mut store).unwrap();
+    let back = ClusterPool::add(&again("a", 3, Command::Add), &mut store).unwrap();
+    assert_eq!(bare(&back.ips[0].address), bare(&first.ips[0].address));
+}
+
+#[test]
+fn a_free_address_in_any_claimed_block_is_borrowed_however_many_blocks_are_full() {
+    // 64 blocks of 5 addresses, every one claimed and full: node x at its limit.
+    let conf = config(json!({"cidr": "10.9.0.0/23", "blockSize": 29, "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    let nodes: Vec<String> = (0..63).map(|n| format!("n{n}")).collect();
+    for node in nodes.iter().map(String::as_str).chain(["x"]) {
+        for i in 0..5 {
+            add(&mut store, node, &format!("{node}-{i}"), 1, &conf);
+        }
+    }
+    let free = |store: &MemoryStore| {
+        ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), store).unwrap()[0].free
+    };
+    assert_eq!(free(&store), Some(0));
+    // One address freed in each block in turn (more than one borrow's reads beyond
+    // where x starts looking, whatever that is): x's next ADD gets exactly it.
+    for (n, node) in nodes.iter().enumerate() {
+        let freed = {
+            let pod = format!("{node}-0");
+            let own = store.get(&format!("own/{node}/{pod}/eth0")).unwrap();
+            let own: serde_json::Value = serde_json::from_slice(&own).unwrap();
+            del(&mut store, node, &pod, 2, &conf);
+            own["ips"][0].as_str().unwrap().to_string()
+        };
+        assert_eq!(free(&store), Some(1), "stats say one is free");
+        let got = add(&mut store, "x", &format!("x-b{n}"), 2, &conf);
+        assert_eq!(bare(&got), freed, "block of {node}");
+        assert_eq!(free(&store), Some(0));
+    }
+    let err =
+        ClusterPool::add(&call(Command::Add, "x", "x-last", 3, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::EXHAUSTED);
+}
+
+#[test]
 fn a_node_with_no_free_block_borrows_until_the_pool_is_exhausted() {
     let conf = config(json!({"cidr": "10.9.0.0/28"}));
     let mut store = MemoryStore::default();
@@ -618,11 +798,19 @@ fn a_node_with_no_free_block_borrows_until_the_pool_is_exhausted() {
         "{borrowed:?}"
     );
     assert!(store.list("aff/a/").is_empty(), "a claimed nothing");
+    let _ = wasm_ipam_guest::readiness::last_reported();
     let err = ClusterPool::add(&call(Command::Add, "a", "a12", 1, &conf), &mut store).unwrap_err();
     assert_eq!(err.code, codes::EXHAUSTED);
     assert!(err.msg.contains("exhausted"), "{}", err.msg);
+    // STATUS learns it from the ADD (degraded, still ready); a DEL clears it.
+    assert_eq!(
+        wasm_ipam_guest::readiness::last_reported(),
+        Some(vec![err.clone()])
+    );
     let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
     assert_eq!((rows[0].in_use, rows[0].free), (13, Some(0)), "{rows:?}");
+    del(&mut store, "a", "a0", 2, &conf);
+    assert_eq!(wasm_ipam_guest::readiness::last_reported(), Some(vec![]));
 }
 
 /// The block of `cidr`'s address in `range` cut into /28s.
@@ -804,4 +992,173 @@ fn a_range_keeps_at_most_its_limit_of_reservations() {
         ClusterPool::reservations(&ctx, &store).unwrap().len(),
         reserve::MAX_PER_RANGE
     );
+}
+
+#[test]
+fn only_pods_with_an_ordinal_are_sticky_by_default_and_the_annotation_decides_first() {
+    assert!(has_ordinal("db-0") && has_ordinal("web-12") && has_ordinal("a-b-3"));
+    for name in ["web-7c9f8d6b5-x2k4q", "db", "db-", "-1", "db-01", "db-1a"] {
+        assert!(!has_ordinal(name), "{name}");
+    }
+    let pools = json!([
+        {"name": "sts", "cidr": "10.9.0.0/24", "default": true},
+        {"name": "vms", "cidr": "10.9.1.0/24", "namespaces": ["vms"], "stickyPods": "annotated", "stickySeconds": 60},
+        {"name": "none", "cidr": "10.9.2.0/24", "namespaces": ["plain"], "stickySeconds": 0}
+    ]);
+    let conf = json!({"cniVersion": "1.1.0", "name": "pods", "ipam": {"pools": pools, "stickySeconds": 300}});
+    let kept_as = |namespace: &str, name: &str, annotation: Option<&str>| {
+        let mut conf = conf.clone();
+        if let Some(value) = annotation {
+            conf["runtimeConfig"] =
+                json!({"io.kubernetes.cri.pod-annotations": {STICKY_ANNOTATION: value}});
+        }
+        let request = call(Command::Add, "a", "c", 1, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", namespace), ("K8S_POD_NAME", name)]);
+        let parsed = Conf::of(&request).unwrap();
+        let pool = select::pool_for(&parsed, &request).unwrap();
+        identity(&request, pool)
+    };
+    assert_eq!(
+        kept_as("web", "db-0", None).unwrap().as_deref(),
+        Some("web/db-0")
+    );
+    assert_eq!(kept_as("web", "web-7c9f8d6b5-x2k4q", None).unwrap(), None);
+    assert_eq!(
+        kept_as("web", "web-7c9f8d6b5-x2k4q", Some("true"))
+            .unwrap()
+            .as_deref(),
+        Some("web/web-7c9f8d6b5-x2k4q")
+    );
+    assert_eq!(kept_as("web", "db-0", Some("false")).unwrap(), None);
+    // A pool of VMs keeps only annotated pods, under the name the annotation gives.
+    assert_eq!(kept_as("vms", "db-0", None).unwrap(), None);
+    assert_eq!(
+        kept_as("vms", "virt-launcher-vm1-abcde", Some("vm1"))
+            .unwrap()
+            .as_deref(),
+        Some("vms/vm1")
+    );
+    assert_eq!(
+        kept_as("vms", "x", Some("a/b")).unwrap_err().code,
+        code::INVALID_NETWORK_CONFIG
+    );
+    // A pool that keeps nothing keeps nothing, annotated or not.
+    assert_eq!(kept_as("plain", "db-0", Some("true")).unwrap(), None);
+}
+
+#[test]
+fn a_deployments_pods_free_their_address_at_del_and_a_statefulsets_keep_it() {
+    let conf = config(json!({"cidr": "10.9.0.0/27", "blockSize": 28, "stickySeconds": 600}));
+    let mut store = MemoryStore::default();
+    let pod = |name: &str, command: Command, at: u64| {
+        call(command, "a", name, at, &conf)
+            .with_args(&[("K8S_POD_NAMESPACE", "web"), ("K8S_POD_NAME", name)])
+    };
+    let web = bare(
+        &ClusterPool::add(&pod("web-5d9c7b-x2k4q", Command::Add, 1), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    let db = bare(
+        &ClusterPool::add(&pod("db-0", Command::Add, 1), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    ClusterPool::del(&pod("web-5d9c7b-x2k4q", Command::Del, 2), &mut store).unwrap();
+    ClusterPool::del(&pod("db-0", Command::Del, 2), &mut store).unwrap();
+    assert_eq!(
+        store.list("sticky/").len(),
+        1,
+        "only db-0's addresses are kept"
+    );
+    let rows = ClusterPool::pools(&Context::for_test("pods", Some(conf.clone())), &store).unwrap();
+    assert_eq!(rows[0].cooling_down, 1, "{rows:?}");
+    // The Deployment's address is free for the next pod; db-0 gets its own back.
+    let next = bare(
+        &ClusterPool::add(&pod("web-5d9c7b-q7w8e", Command::Add, 3), &mut store)
+            .unwrap()
+            .ips[0]
+            .address,
+    )
+    .to_string();
+    assert_eq!(next, web);
+    let back = ClusterPool::add(&pod("db-0", Command::Add, 3), &mut store).unwrap();
+    assert_eq!(bare(&back.ips[0].address), db);
+}
+
+#[test]
+fn a_pod_annotation_asks_for_fixed_addresses_and_each_refusal_names_the_address() {
+    let conf = config(json!({"cidr": "10.9.0.0/26"}));
+    let annotated = |ips: &str| {
+        let mut c = conf.clone();
+        c["runtimeConfig"] =
+            json!({"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": ips}});
+        c
+    };
+    let mut store = MemoryStore::default();
+    let vm = annotated(r#"["10.9.0.20"]"#);
+    let got = ClusterPool::add(&call(Command::Add, "a", "vm-1", 1, &vm), &mut store).unwrap();
+    assert_eq!(bare(&got.ips[0].address), "10.9.0.20");
+    // Taken: the next pod asking for it is told who holds it.
+    let err = ClusterPool::add(&call(Command::Add, "a", "other", 1, &vm), &mut store).unwrap_err();
+    assert!(
+        err.msg
+            .contains("requested address 10.9.0.20 is held by container \"vm-1\""),
+        "{}",
+        err.msg
+    );
+    // Outside the pod's pool; not a JSON list; two of one family.
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "x", 1, &annotated(r#"["10.99.0.1"]"#)),
+        &mut store,
+    )
+    .unwrap_err();
+    assert!(
+        err.msg
+            .contains("requested address 10.99.0.1 is not in pool"),
+        "{}",
+        err.msg
+    );
+    for bad in ["10.9.0.21", r#"["10.9.0.21", "10.9.0.22"]"#, r#"["nope"]"#] {
+        let err = ClusterPool::add(
+            &call(Command::Add, "a", "x", 1, &annotated(bad)),
+            &mut store,
+        )
+        .unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{bad}");
+        assert!(
+            err.msg.contains("pod annotation wasm-ipam.io/ip-addrs is"),
+            "{}",
+            err.msg
+        );
+    }
+    // Freed by GC (its sandbox gone), the address is the pod's again at its next ADD.
+    ClusterPool::gc(&call(Command::Gc, "a", "", 2, &conf), &[], &mut store).unwrap();
+    let again = ClusterPool::add(&call(Command::Add, "a", "vm-2", 3, &vm), &mut store).unwrap();
+    assert_eq!(bare(&again.ips[0].address), "10.9.0.20");
+    // A pool that refuses requested addresses refuses this one, whatever asks for it.
+    let strict = config(json!({"cidr": "10.9.0.0/26", "allowRequested": false}));
+    let mut refused = strict.clone();
+    refused["runtimeConfig"] =
+        json!({"io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": r#"["10.9.0.30"]"#}});
+    let mut store = MemoryStore::default();
+    let err = ClusterPool::add(&call(Command::Add, "a", "t", 1, &refused), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::REQUESTS_REFUSED);
+    assert!(
+        err.msg
+            .contains("requested address 10.9.0.30: pool \"default\" refuses"),
+        "{}",
+        err.msg
+    );
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "t", 1, &strict).with_args(&[("IP", "10.9.0.31")]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::REQUESTS_REFUSED);
+    assert!(store.list("").is_empty(), "nothing written");
 }

@@ -59,11 +59,12 @@ pub fn account(
     if watched.is_empty() {
         return Ok(Vec::new());
     }
-    // This node's addresses per range, from its attachments (only its own calls write
-    // them, and they run one at a time).
+    // This node's addresses per range, from its attachments: a peek, as only its own
+    // calls write them, one at a time, and a node's hundreds of attachments must not
+    // each be a compare in the commit.
     let mut mine: BTreeMap<IpNet, u64> = BTreeMap::new();
     let prefix = format!("own/{node}/");
-    for (key, value) in store.list(&prefix) {
+    for (key, value) in store.peek(&prefix) {
         let own: Own = decode(&key, &value)?;
         for ip in own.ips {
             if let Some(range) = conf.range_of(ip) {
@@ -126,14 +127,16 @@ struct Held {
     reserved_held: u64,
 }
 
-fn held(block: &Block, kept: &Kept) -> Held {
+/// Holds kept for sticky pods past their time are neither: upkeep sweeps them, and
+/// an ADD takes one back when its block has no other free address.
+fn held(block: &Block, kept: &Kept, now: u64) -> Held {
     let mut h = Held {
         in_use: 0,
         kept: 0,
         borrowed: 0,
         reserved_held: 0,
     };
-    for (ip, holder) in &block.ips {
+    for (ip, holder) in block.ips.iter().filter(|(_, h)| !h.expired(now)) {
         match holder.held_until.is_some() {
             true => h.kept += 1,
             false => h.in_use += 1,
@@ -148,13 +151,9 @@ fn held(block: &Block, kept: &Kept) -> Held {
     h
 }
 
-fn to_u64(n: u128) -> u64 {
-    u64::try_from(n).unwrap_or(u64::MAX)
-}
-
 /// The `usage` rows: one per range of each pool (the network's partition), then one
 /// per claimed block of it, with its node.
-pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
+pub fn rows(store: &impl Store, conf: &Conf, now: u64) -> Result<Vec<PoolUsage>, Error> {
     // One listing of every block (one store request), not a read per block.
     let mut blocks: Vec<(IpNet, Block)> = Vec::new();
     for (key, value) in store.list("blk/") {
@@ -173,29 +172,31 @@ pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
             let (mut in_use, mut cooling, mut borrowed, mut reserved_held) =
                 (0u64, 0u64, 0u64, 0u64);
             for (net, block) in blocks.iter().filter(|(net, _)| range.cidr.contains(net)) {
-                let h = held(block, &kept);
+                let h = held(block, &kept, now);
                 in_use += h.in_use;
                 cooling += h.kept;
                 borrowed += h.borrowed;
                 reserved_held += h.reserved_held;
-                let reserved = to_u64(kept.in_block(range, *net)).saturating_sub(h.reserved_held);
+                let reserved = kept
+                    .in_block(range, *net)
+                    .saturating_sub(h.reserved_held.into());
                 block_rows.push(
                     PoolUsage::block(net, &name)
                         .node(&block.node)
-                        .capacity(to_u64(range.usable()))
-                        .in_use(h.in_use)
-                        .cooling_down(h.kept)
-                        .borrowed(h.borrowed)
+                        .capacity(range.usable())
+                        .in_use(h.in_use.into())
+                        .cooling_down(h.kept.into())
+                        .borrowed(h.borrowed.into())
                         .reserved(reserved)
                         .free_from_capacity(),
                 );
             }
-            let reserved = to_u64(kept.in_range(range)).saturating_sub(reserved_held);
+            let reserved = kept.in_range(range).saturating_sub(reserved_held.into());
             let mut row = PoolUsage::pool(&name)
-                .capacity(to_u64(capacity(range)))
-                .in_use(in_use)
-                .cooling_down(cooling)
-                .borrowed(borrowed)
+                .capacity(capacity(range))
+                .in_use(in_use.into())
+                .cooling_down(cooling.into())
+                .borrowed(borrowed.into())
                 .reserved(reserved)
                 .free_from_capacity();
             if let Some(percent) = pool.warn_percent {
@@ -209,29 +210,53 @@ pub fn rows(store: &impl Store, conf: &Conf) -> Result<Vec<PoolUsage>, Error> {
 }
 
 /// The addresses of `net` (in `range`) held now, in use or kept for a sticky pod.
+/// `Read::Checked` reads each block the commit checks (for a decision, as reserve's
+/// "is any held"); `Read::Peeked` peeks every block in one listing, so a report over
+/// a range of any size costs the commit nothing (unreserve's).
 pub fn held_in(
     store: &impl Store,
     range: &Range,
     net: IpNet,
     now: u64,
+    how: Read,
 ) -> Result<Vec<IpAddr>, Error> {
-    let claimed: std::collections::BTreeSet<IpNet> =
-        read(store, &crate::pool_key(range))?.unwrap_or_default();
-    let mut held = Vec::new();
-    for block_net in claimed
-        .into_iter()
-        .filter(|b| b.contains(&net) || net.contains(b))
-    {
-        let Some(block) = read::<Block>(store, &crate::block_key(block_net))? else {
-            continue;
-        };
-        held.extend(
+    let overlaps = |b: &IpNet| range.cidr.contains(b) && (b.contains(&net) || net.contains(b));
+    let blocks: Vec<Block> = match how {
+        Read::Checked => {
+            let claimed: std::collections::BTreeSet<IpNet> =
+                read(store, &crate::pool_key(range))?.unwrap_or_default();
+            let mut blocks = Vec::new();
+            for block_net in claimed.into_iter().filter(overlaps) {
+                blocks.extend(read::<Block>(store, &crate::block_key(block_net))?);
+            }
+            blocks
+        }
+        Read::Peeked => store
+            .peek("blk/")
+            .into_iter()
+            .filter(|(k, _)| {
+                k["blk/".len()..]
+                    .parse::<IpNet>()
+                    .is_ok_and(|b| overlaps(&b))
+            })
+            .map(|(k, v)| decode(&k, &v))
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(blocks
+        .iter()
+        .flat_map(|block| {
             block
                 .ips
                 .iter()
                 .filter(|(ip, h)| net.contains(*ip) && h.held_until.is_none_or(|t| t >= now))
-                .map(|(ip, _)| *ip),
-        );
-    }
-    Ok(held)
+                .map(|(ip, _)| *ip)
+        })
+        .collect())
+}
+
+/// How [`held_in`] reads.
+#[derive(Clone, Copy)]
+pub enum Read {
+    Checked,
+    Peeked,
 }

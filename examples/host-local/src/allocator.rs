@@ -160,11 +160,11 @@ pub fn release_by_id(
     id: &str,
     ifname: &str,
     policy: &Policy,
-) -> Result<(), Error> {
-    if !release_matching(store, &owner(id, ifname), policy)? {
-        release_matching(store, id.trim(), policy)?;
+) -> Result<bool, Error> {
+    if release_matching(store, &owner(id, ifname), policy)? {
+        return Ok(true);
     }
-    Ok(())
+    release_matching(store, id.trim(), policy)
 }
 
 /// Whether the attachment, or failing that its container ID alone, holds an address.

@@ -256,13 +256,20 @@ pub fn load(netconf: &Value, args: &[(String, String)]) -> Result<IpamConfig, Er
 
     let env_ip =
         requested_ip(args).map_err(|e| Error::new(code::INVALID_ENVIRONMENT_VARIABLES, e))?;
-    let requested_ips = env_ip
+    let mut requested_ips = env_ip
         .into_iter()
         .map(Some)
         .chain(d.args_ips)
         .chain(d.runtime_ips)
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| Error::invalid_config("cannot understand ip: IP <nil> not v4 nor v6"))?;
+    // A pod's fixed addresses (pod annotation wasm-ipam.io/ip-addrs, passed by the
+    // runtime's pod-annotations capability), asked for as CNI_ARGS IP= asks.
+    for ip in wasm_ipam_guest::annotated_ips_in(netconf)? {
+        if !requested_ips.contains(&ip) {
+            requested_ips.push(ip);
+        }
+    }
 
     let mut specs = d.runtime_ranges;
     if d.legacy.subnet.is_some() {
@@ -468,6 +475,29 @@ mod tests {
             ];
             assert_eq!(conf.requested_ips, expected.map(ip).to_vec());
         }
+    }
+
+    #[test]
+    fn a_pod_annotation_asks_for_addresses_after_the_others_and_bad_ones_name_it() {
+        let annotated = |value: &str| {
+            json!({"cniVersion": "1.0.0", "name": "mynet",
+                "runtimeConfig": {"ips": ["10.1.2.5"],
+                    "io.kubernetes.cri.pod-annotations": {"wasm-ipam.io/ip-addrs": value}},
+                "ipam": {"type": "host-local", "subnet": "10.1.2.0/24"}})
+        };
+        let conf = load_ok(annotated(r#"["10.1.2.7", "2001:db8::7"]"#), &[]);
+        assert_eq!(
+            conf.requested_ips,
+            ["10.1.2.5", "10.1.2.7", "2001:db8::7"].map(ip).to_vec()
+        );
+        let err = load(&annotated("10.1.2.7"), &[]).unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert!(
+            err.msg
+                .contains("pod annotation wasm-ipam.io/ip-addrs is \"10.1.2.7\""),
+            "{}",
+            err.msg
+        );
     }
 
     #[test]

@@ -24,11 +24,10 @@ use allocator::{IpAllocator, Policy, failure};
 use config::IpamConfig;
 use exclude::Exclusions;
 use std::net::IpAddr;
-use wasm_ipam_guest::error::code;
 use wasm_ipam_guest::store::Store;
 use wasm_ipam_guest::{
     Allocation, Attachment, Context, Dns, Error, ImportReport, ImportRequest, IpamModule,
-    IpamResult, Pool, Request,
+    IpamResult, Pool, Request, readiness,
 };
 
 pub use dns::parse_resolv_conf;
@@ -66,6 +65,22 @@ fn release_taken(store: &mut impl Store, taken: usize, id: &str, ifname: &str, p
 /// The exported module.
 pub struct HostLocal;
 
+/// The range sets with no address left for an ADD that asks for none, as conditions
+/// for CNI STATUS (`readiness`): the node stays ready (a DEL clears it), and the
+/// condition is logged and exported. Each ADD reports them, since it learns them.
+fn exhausted(conf: &IpamConfig, policy: &Policy, store: &impl Store) -> Vec<Error> {
+    conf.ranges
+        .iter()
+        .enumerate()
+        .filter(|(idx, set)| !IpAllocator::new(set, *idx, policy).has_free(store))
+        .map(|(idx, set)| {
+            failure(format!(
+                "no IP addresses available in range set {idx} ({set}): ADDs fail until a DEL or gc frees one, or the range grows"
+            ))
+        })
+        .collect()
+}
+
 #[wasm_ipam_guest::ipam_module]
 impl IpamModule for HostLocal {
     /// host-local's cmdAdd: one address per range set, a requested address going to
@@ -92,6 +107,7 @@ impl IpamModule for HostLocal {
                 Ok(ip) => ips.push(ip),
                 Err(mut e) => {
                     release_taken(store, ips.len(), id, ifname, &policy);
+                    readiness::degraded(&exhausted(&conf, &policy, store));
                     e.msg = format!("failed to allocate for range {idx}: {}", e.msg);
                     return Err(e);
                 }
@@ -105,6 +121,7 @@ impl IpamModule for HostLocal {
             )));
         }
         summary::record(store, &conf)?;
+        readiness::degraded(&exhausted(&conf, &policy, store));
         Ok(IpamResult {
             ips,
             routes: conf.routes,
@@ -117,8 +134,14 @@ impl IpamModule for HostLocal {
     fn del(request: &Request, store: &mut impl Store) -> Result<(), Error> {
         let conf = config::load(request.config(), request.args())?;
         let policy = policy(&conf, request);
+        let mut released = false;
         for _ in &conf.ranges {
-            allocator::release_by_id(store, request.container_id(), request.ifname(), &policy)?;
+            released |=
+                allocator::release_by_id(store, request.container_id(), request.ifname(), &policy)?;
+        }
+        // Each range set got an address back: none is exhausted now.
+        if released {
+            readiness::degraded(&[]);
         }
         summary::record(store, &conf)
     }
@@ -141,28 +164,6 @@ impl IpamModule for HostLocal {
         let conf = config::load(request.config(), request.args())?;
         allocator::gc(store, valid, &policy(&conf, request))?;
         summary::record(store, &conf)
-    }
-
-    /// CNI STATUS: unavailable (code 50) when some range set has no address left, since
-    /// every ADD then fails.
-    fn status(request: &Request, store: &impl Store) -> Result<(), Error> {
-        let conf = config::load(request.config(), request.args())?;
-        let policy = policy(&conf, request);
-        let exhausted: Vec<String> = conf
-            .ranges
-            .iter()
-            .enumerate()
-            .filter(|(idx, set)| !IpAllocator::new(set, *idx, &policy).has_free(store))
-            .map(|(idx, set)| format!("range set {idx} ({set})"))
-            .collect();
-        if exhausted.is_empty() {
-            Ok(())
-        } else {
-            Err(Error::new(
-                code::PLUGIN_NOT_AVAILABLE,
-                format!("no IP addresses available in {}", exhausted.join(", ")),
-            ))
-        }
     }
 
     /// Every `ip/<address>` entry, with its `meta/<address>` time.
@@ -188,6 +189,7 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
     use wasm_ipam_guest::Command;
+    use wasm_ipam_guest::error::code;
     use wasm_ipam_guest::store::MemoryStore;
 
     fn netconf(ipam: Value) -> Value {
@@ -365,20 +367,28 @@ mod tests {
     }
 
     #[test]
-    fn status_reports_an_exhausted_range_set() {
+    fn adds_report_an_exhausted_range_set_and_a_del_clears_it() {
         let conf = dual_stack();
-        let status_req = Request::for_test(Command::Status, "", "", conf.clone());
         let mut store = MemoryStore::default();
-        HostLocal::status(&status_req, &store).unwrap();
         HostLocal::add(&request(Command::Add, "c1", &conf), &mut store).unwrap();
-        HostLocal::status(&status_req, &store).unwrap();
+        assert_eq!(readiness::last_reported(), Some(vec![]));
         HostLocal::add(&request(Command::Add, "c2", &conf), &mut store).unwrap();
-        let err = HostLocal::status(&status_req, &store).unwrap_err();
-        assert_eq!(err.code, code::PLUGIN_NOT_AVAILABLE);
-        assert_eq!(
-            err.msg,
-            "no IP addresses available in range set 1 (fd00::1-fd00::3)"
+        let reported = readiness::last_reported().unwrap();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        assert!(
+            reported[0]
+                .msg
+                .starts_with("no IP addresses available in range set 1 (fd00::1-fd00::3)"),
+            "{}",
+            reported[0].msg
         );
+        HostLocal::add(&request(Command::Add, "c3", &conf), &mut store).unwrap_err();
+        assert_eq!(readiness::last_reported().unwrap().len(), 1);
+        // A DEL of nothing says nothing; one that frees an address clears it.
+        HostLocal::del(&request(Command::Del, "nobody", &conf), &mut store).unwrap();
+        assert_eq!(readiness::last_reported(), None);
+        HostLocal::del(&request(Command::Del, "c1", &conf), &mut store).unwrap();
+        assert_eq!(readiness::last_reported(), Some(vec![]));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! One of `ipam.addresses` per attachment; CHECK, GC, STATUS and stats: SDK defaults.
+//! One of `ipam.addresses` per attachment; CHECK, GC and stats: SDK defaults.
 use wasm_ipam_guest::*;
 #[derive(serde::Deserialize)]
 struct Ipam {

@@ -1,4 +1,4 @@
-"""The component's exports: `cni:ipam@0.2.3`'s handler, inspect, migrate, nodes and
+"""The component's exports: `cni:ipam@0.2.5`'s handler, inspect, migrate, nodes and
 capabilities, over the pure functions of `static_ipam`.
 
 static keeps no state, so this module never touches the store: DEL, GC and STATUS
@@ -137,6 +137,11 @@ class Usage(exports.Usage):
         return []
 
 
+class WideUsage(exports.WideUsage):
+    def pools(self, context: inspect.Context) -> list:
+        return []
+
+
 class Capabilities(exports.Capabilities):
     def functions(self) -> list[capabilities.Function]:
         """Everything above is this module's own answer, but migrate, nodes and
@@ -150,6 +155,7 @@ class Capabilities(exports.Capabilities):
             "handler.add", "handler.del", "handler.check", "handler.gc", "handler.status",
             "inspect.allocations", "inspect.pools", "migrate.import-state", "nodes.release-node",
             "reservations.reserve", "reservations.unreserve", "reservations.all", "usage.pools",
+            "wide-usage.pools",
         ]
         return [
             capabilities.Function(

@@ -1,6 +1,9 @@
 //! One CNI call from start to finish: decode and validate the call, then run it
 //! through the one locked pipeline ([`crate::pipeline`], where the order that is the
-//! point of wasm-ipam is written), then answer.
+//! point of wasm-ipam is written), then answer. STATUS alone is answered without the
+//! lock ([`status`]).
+
+mod status;
 
 use crate::caller;
 use crate::cni::{self, Command, Invocation};
@@ -10,6 +13,10 @@ use crate::module::bindings::types;
 use crate::module::instance::{Answer, Call, Work};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde_json::Value;
+
+/// The most runs one CNI GC makes of a module that fills its store's transaction each
+/// time: past it, the rest waits for the runtime's next GC.
+const MAX_GC_BATCHES: u32 = 100;
 
 /// What to print: the result (if any) or the error, tagged with the config's version.
 pub struct Reply {
@@ -57,12 +64,18 @@ fn run(
     let json = json?;
     cni::check_version(invocation.command, &config::cni_version_of(&json))?;
     let conf = NetConf::from_json(json, stdin)?;
+    if invocation.command == Command::Status {
+        if let Some(path) = &conf.ipam.log_file {
+            crate::logging::init(path, conf.ipam.limits.log_rotation, conf.ipam.log_level);
+        }
+        return status::answer(&conf.name, &conf.ipam).map(|()| None);
+    }
     let module_config = conf.module_config()?;
     let call = match invocation.command {
         Command::Add => Call::Add,
         Command::Del => Call::Del,
         Command::Check => Call::Check,
-        Command::Status => Call::Status,
+        Command::Status => unreachable!("answered above"),
         Command::Gc => Call::Gc(
             conf.valid_attachments()?
                 .into_iter()
@@ -80,9 +93,20 @@ fn run(
         container_id: invocation.container_id.clone(),
         ifname: invocation.ifname.clone(),
     };
-    let mut ran = pipeline::run(&Network::of(&conf), &label, &caller::gone, |session| {
-        session.ask(work.clone(), Writes::Commit)
-    });
+    let network = Network::of(&conf);
+    let run = || {
+        pipeline::run(&network, &label, &caller::gone, |session| {
+            session.ask(work.clone(), Writes::Commit)
+        })
+    };
+    let mut ran = run();
+    // A GC that outgrows one transaction of the store goes in batches, each its own
+    // locked run (so the node's other calls go on between them) and each atomic.
+    let mut batches = 1;
+    while invocation.command == Command::Gc && ran.full && batches < MAX_GC_BATCHES {
+        ran = run();
+        batches += 1;
+    }
     // The process exits once it has answered.
     ran.leave_loaded_to_exit();
     match ran.result? {

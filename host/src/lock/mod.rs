@@ -87,6 +87,12 @@ fn open(path: &Path) -> Result<File, CniError> {
     .map_err(|e| io_error("open", e))
 }
 
+/// Whether a call could use the lock file at `path` (creating it as a call would),
+/// without taking the lock: for CNI STATUS, which must answer while calls queue.
+pub fn check_usable(path: &Path) -> Result<(), CniError> {
+    open(path).map(drop)
+}
+
 /// The queue directory that orders waiters for the lock at `lock_file`.
 pub fn queue_dir(lock_file: &Path) -> PathBuf {
     let mut name = lock_file.as_os_str().to_owned();

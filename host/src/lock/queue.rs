@@ -331,9 +331,9 @@ mod tests {
 
     #[test]
     fn a_waiter_that_dies_midway_strands_nothing() {
-        // A burst of calls timing out on the lock, in the order that used to strand
-        // a node: 1 waits on the lock, 2 dies queued, 3 passes 2 and dies waiting on
-        // 1, then 1 dies too.
+        // A burst of calls timing out on the lock, in an order that strands a node
+        // unless each dead waiter's place is repaired: 1 waits on the lock, 2 dies
+        // queued, 3 passes 2 and dies waiting on 1, then 1 dies too.
         let dir = tempfile::tempdir().unwrap();
         drop(Ticket::take(dir.path()).unwrap()); // 0, finished
         let one = Ticket::take(dir.path()).unwrap();

@@ -1,8 +1,8 @@
-//! The one place the WIT worlds become Rust: `cni:ipam@0.2.3` (current, `wit/ipam.wit`)
+//! The one place the WIT worlds become Rust: `cni:ipam@0.2.5` (current, `wit/ipam.wit`)
 //! and `cni:ipam@0.1.0` (`wit/v0.1.0/`, still run; see docs/wit-versions.md). A 0.2.0
-//! to 0.2.2 module needs no bindings of its own: each later patch only adds optional
+//! to 0.2.4 module needs no bindings of its own: each later patch only adds optional
 //! exports and functions an older module does not import, and wasmtime finds the
-//! older exports and serves their imports through 0.2.3's by their semver-compatible
+//! older exports and serves their imports through 0.2.5's by their semver-compatible
 //! names (`…@0.2`). The host
 //! works in 0.2's types; a 0.1.0 module is reached through [`v0_1`]'s conversions
 //! (`module/host/v0_1.rs`). Imports are trappable so a host call made after the
@@ -33,7 +33,7 @@ pub mod v0_1 {
     pub use generated::exports::cni::ipam::handler;
 }
 
-pub use current::cni::ipam::{deadline, log, store, types};
+pub use current::cni::ipam::{deadline, log, readiness, store, types};
 pub use current::exports::cni::ipam::{
-    capabilities, handler, inspect, migrate, nodes, reservations, usage,
+    capabilities, handler, inspect, migrate, nodes, reservations, usage, wide_usage,
 };

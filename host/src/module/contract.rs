@@ -20,7 +20,7 @@ pub enum Contract {
 
 impl Contract {
     /// `wit/ipam.wit`: what the host's bindings, the SDK and the examples are built from.
-    pub const CURRENT: Contract = Contract::V0_2 { patch: 3 };
+    pub const CURRENT: Contract = Contract::V0_2 { patch: 5 };
 
     pub fn version(self) -> String {
         match self {
@@ -29,7 +29,7 @@ impl Contract {
         }
     }
 
-    /// `cni:ipam@0.2.3`.
+    /// `cni:ipam@0.2.5`.
     pub fn name(self) -> String {
         format!("cni:ipam@{}", self.version())
     }
@@ -84,6 +84,11 @@ pub const CNI_INTERFACES: &[(&str, &str, Link)] = &[
     ("log", "0.2", |l| {
         bindings::log::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.log)
     }),
+    ("readiness", "0.2", |l| {
+        bindings::readiness::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| {
+            &mut s.readiness
+        })
+    }),
     ("store", "0.1", |l| {
         v0_1::store::add_to_linker::<_, HasSelf<_>>(l, |s: &mut GuestState| &mut s.store)
     }),
@@ -127,6 +132,8 @@ pub struct Interfaces {
     pub reservations: bool,
     /// `usage` (since 0.2.3), for `stats` in detail.
     pub usage: bool,
+    /// `wide-usage` (since 0.2.5): `usage` with exact counts.
+    pub wide_usage: bool,
 }
 
 impl Interfaces {
@@ -165,6 +172,7 @@ impl Interfaces {
             capabilities: on_0_2("capabilities"),
             reservations: on_0_2("reservations"),
             usage: on_0_2("usage"),
+            wide_usage: on_0_2("wide-usage"),
             imports,
             exports,
         }
@@ -186,7 +194,7 @@ impl Interfaces {
                     missing.join(", ")
                 ),
                 format!(
-                    "the host provides cni:ipam/{{store,deadline,log}} at 0.2.0 to {current} and 0.1.0, and WASI 0.2 with no capabilities"
+                    "the host provides cni:ipam/{{store,deadline,log}} at 0.2.0 to {current} and 0.1.0, cni:ipam/readiness from 0.2.5, and WASI 0.2 with no capabilities"
                 ),
             ));
         }

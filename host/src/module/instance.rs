@@ -15,7 +15,7 @@ use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::bindings::{
-    capabilities, handler, inspect, migrate, nodes, reservations, types, usage, v0_1,
+    capabilities, handler, inspect, migrate, nodes, reservations, types, usage, v0_1, wide_usage,
 };
 use crate::module::cache::ModuleCache;
 use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
@@ -50,6 +50,7 @@ pub struct LoadedModule {
     capabilities: Option<capabilities::GuestIndices>,
     reservations: Option<reservations::GuestIndices>,
     usage: Option<usage::GuestIndices>,
+    wide_usage: Option<wide_usage::GuestIndices>,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -180,7 +181,8 @@ pub enum Answer {
     /// What `reserve` or `unreserve` made or ended.
     Reservation(reservations::Reservation),
     Reservations(Vec<reservations::Reservation>),
-    Usage(Vec<usage::PoolUsage>),
+    /// `wide-usage.pools`' rows, or `usage.pools`' widened.
+    Usage(Vec<wide_usage::PoolUsage>),
 }
 
 /// What a guest call left behind, whether it succeeded or not.
@@ -354,6 +356,13 @@ impl ModuleHost {
             }
             false => None,
         };
+        let wide_usage = match interfaces.wide_usage {
+            true => Some(
+                wide_usage::GuestIndices::new(&pre)
+                    .map_err(|e| rejected(&without("wide-usage"), e))?,
+            ),
+            false => None,
+        };
         Ok(LoadedModule {
             pre,
             handler,
@@ -363,6 +372,7 @@ impl ModuleHost {
             capabilities,
             reservations,
             usage,
+            wide_usage,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -556,14 +566,41 @@ async fn ask(
                 .map_err(module_error),
             None => unreachable!("refused above"),
         },
-        Work::Usage(context) => match &module.usage {
-            Some(indices) => indices
+        Work::Usage(context) => match (&module.wide_usage, &module.usage) {
+            (Some(indices), _) => indices
                 .load(&mut *store, instance)?
                 .call_pools(&mut *store, &context)
                 .await?
                 .map(Answer::Usage)
                 .map_err(module_error),
-            None => unreachable!("refused above"),
+            (None, Some(indices)) => indices
+                .load(&mut *store, instance)?
+                .call_pools(&mut *store, &context)
+                .await?
+                .map(|rows| Answer::Usage(rows.into_iter().map(widened).collect()))
+                .map_err(module_error),
+            (None, None) => unreachable!("refused above"),
         },
     })
+}
+
+/// A `usage.pool-usage` row as `wide-usage` has it (its counts saturated at 2^64-1
+/// stay so: a module of 0.2.3 or 0.2.4 cannot say more). `stats` widens `inspect`'s
+/// pools the same way.
+pub fn widened(row: usage::PoolUsage) -> wide_usage::PoolUsage {
+    let count = |n: u64| wide_usage::Count { high: 0, low: n };
+    wide_usage::PoolUsage {
+        kind: row.kind,
+        name: row.name,
+        parent: row.parent,
+        node: row.node,
+        capacity: row.capacity.map(count),
+        in_use: count(row.in_use),
+        excluded: count(row.excluded),
+        cooling_down: count(row.cooling_down),
+        reserved: count(row.reserved),
+        borrowed: count(row.borrowed),
+        free: row.free.map(count),
+        warn_percent: row.warn_percent,
+    }
 }

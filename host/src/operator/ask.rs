@@ -90,6 +90,22 @@ impl Asked {
         })
     }
 
+    /// Every network recorded in this network's store (on etcd, every network of its
+    /// prefix, whichever node's calls recorded it), read without the lock: records
+    /// only say which module serves which network.
+    pub fn networks_of_store(&self) -> Result<Records, CniError> {
+        let ipam = &self.settings.ipam;
+        let wait = ipam.deadline;
+        store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)?.served_by()
+    }
+
+    /// Asked as node `node`: a network recorded by another node's call carries that
+    /// node's `nodeName`, and an operator command runs as the node it runs on.
+    pub fn as_node(mut self, node: String) -> Self {
+        self.settings.ipam.node_name = Some(node);
+        self
+    }
+
     /// Whether the network's store is shared by nodes (etcd).
     pub fn shared(&self) -> bool {
         !matches!(self.settings.ipam.store, StoreConfig::Embedded)
@@ -161,6 +177,19 @@ impl Asked {
         notes: &mut Vec<String>,
         steps: impl Fn(&mut Session) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
+        self.run_batch(command, notes, steps)
+            .map(|batch| batch.answer)
+    }
+
+    /// [`Asked::run`], saying whether the run's commit filled the store's
+    /// transaction ([`pipeline::Ran::full`]): the module may have left work for
+    /// another run.
+    pub fn run_batch<T>(
+        &self,
+        command: &str,
+        notes: &mut Vec<String>,
+        steps: impl Fn(&mut Session) -> Result<T, CniError>,
+    ) -> Result<Batch<T>, CniError> {
         let ran = pipeline::run(&self.settings, &Label::operator(command), &|| false, steps);
         if let Some(now) = &ran.sha256
             && !self.served_by.sha256.is_empty()
@@ -173,7 +202,10 @@ impl Asked {
                 self.served_by.sha256,
             ));
         }
-        ran.result.map_err(|e| in_network(&self.network, e))
+        let full = ran.full;
+        ran.result
+            .map(|answer| Batch { answer, full })
+            .map_err(|e| in_network(&self.network, e))
     }
 
     /// Asks the module `work` alone, read-only or committing its writes.
@@ -186,6 +218,12 @@ impl Asked {
     ) -> Result<Answer, CniError> {
         self.run(command, notes, |session| session.ask(work.clone(), writes))
     }
+}
+
+/// One run's answer, and whether its commit filled the store's transaction.
+pub struct Batch<T> {
+    pub answer: T,
+    pub full: bool,
 }
 
 /// Each network's [`Asked`]; one whose record cannot be read or used is a note
@@ -208,6 +246,21 @@ pub fn asked_all(place: &Place, networks: Records) -> (Vec<Asked>, Vec<String>) 
 /// What a netconf file (a network configuration, or a conflist whose plugin runs
 /// wasm-ipam) says serves its network.
 pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
+    let conf = read_netconf(path)?;
+    Ok((
+        conf.name.clone(),
+        ServedBy {
+            module: conf.ipam.module.clone(),
+            sha256: String::new(),
+            contract: String::new(),
+            config: Some(conf.network_config()),
+        },
+    ))
+}
+
+/// A netconf or conflist file (its plugin with an `ipam.module`, given the list's
+/// name and version), parsed as a call would parse it.
+pub fn read_netconf(path: &Path) -> Result<NetConf, CniError> {
     let text = std::fs::read(path).map_err(|e| {
         CniError::new(code::IO_FAILURE, format!("cannot read {}", path.display())).with_details(e)
     })?;
@@ -231,17 +284,7 @@ pub fn from_netconf(path: &Path) -> Result<(String, ServedBy), CniError> {
         }
         None => json,
     };
-    let text = json.to_string();
-    let conf = NetConf::parse(text.as_bytes())?;
-    Ok((
-        conf.name.clone(),
-        ServedBy {
-            module: conf.ipam.module.clone(),
-            sha256: String::new(),
-            contract: String::new(),
-            config: Some(conf.network_config()),
-        },
-    ))
+    NetConf::parse(json.to_string().as_bytes())
 }
 
 fn in_network(network: &str, e: CniError) -> CniError {

@@ -1,6 +1,9 @@
 //! Operator commands (`wasm-ipam list`, `stats`, `store check/backup/restore`,
-//! `import-host-local`, `gc`, `release-node`, ...). They take the
-//! same host-wide lock as CNI calls, so they see and write a consistent store.
+//! `import-host-local`, `gc`, `release-node`, ...). Those that read or write a node's
+//! store take the same host-wide lock as CNI calls, so they see and write a
+//! consistent store; those that touch no store (`inspect`, `pull`, `push`, `new`,
+//! `try`, `install`) take none (`inspect` and `try` run on a lock and store of their
+//! own).
 
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::error::CniError;
@@ -12,6 +15,7 @@ use crate::module::trust::Policies;
 use crate::operator::ask::{Asked, Place, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
+use crate::operator::table::{Align, Table};
 use crate::operator::{describe, gc, import, inventory, metrics, release_node, reserve};
 use crate::store::{self, ServedBy, Store};
 use clap::{Parser, Subcommand};
@@ -35,12 +39,14 @@ const LOCK_TIMEOUT_SECONDS: f64 = 30.0;
 
 #[derive(clap::Args)]
 struct StoreArgs {
-    /// The store's directory (the netconf's `ipam.dataDir`).
-    #[arg(long, default_value = DEFAULT_DATA_DIR)]
-    data_dir: PathBuf,
-    /// The host-wide lock (the netconf's `ipam.lockFile`).
-    #[arg(long, default_value = DEFAULT_LOCK_FILE)]
-    lock_file: PathBuf,
+    /// The store's directory [default: with --netconf, its `ipam.dataDir`; else
+    /// /var/lib/wasm-ipam]
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// The host-wide lock [default: with --netconf, its `ipam.lockFile`; else
+    /// /run/wasm-ipam.lock]
+    #[arg(long)]
+    lock_file: Option<PathBuf>,
     /// Give up if the lock is not granted within this many seconds.
     #[arg(long, default_value_t = LOCK_TIMEOUT_SECONDS)]
     lock_timeout: f64,
@@ -136,6 +142,10 @@ enum Operation {
         /// Prometheus text format (for node_exporter's textfile collector).
         #[arg(long)]
         prometheus: bool,
+        /// Each network's totals, pools (and with --blocks, blocks) as JSON, counts
+        /// exact (IPv6 pools past 2^64 addresses too).
+        #[arg(long, conflicts_with = "prometheus")]
+        json: bool,
         /// Also count each network's leak candidates (what `wasm-ipam gc` would
         /// release now, with --grace), asking this CRI runtime.
         #[arg(long)]
@@ -400,10 +410,29 @@ impl From<String> for Output {
 }
 
 impl StoreArgs {
+    /// The store and lock given, else the defaults.
     fn place(&self) -> Result<Place, CniError> {
+        self.place_for(None)
+    }
+
+    /// The store and lock given, else `netconf`'s (its `ipam.dataDir` and
+    /// `ipam.lockFile`, as a call with it would use), else the defaults.
+    fn place_for(&self, netconf: Option<&Path>) -> Result<Place, CniError> {
+        let ipam = netconf
+            .map(crate::operator::ask::read_netconf)
+            .transpose()?
+            .map(|conf| conf.ipam);
         Ok(Place {
-            data_dir: self.data_dir.clone(),
-            lock_file: self.lock_file.clone(),
+            data_dir: self
+                .data_dir
+                .clone()
+                .or_else(|| ipam.as_ref().map(|i| i.data_dir.clone()))
+                .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
+            lock_file: self
+                .lock_file
+                .clone()
+                .or_else(|| ipam.as_ref().map(|i| i.lock_file.clone()))
+                .unwrap_or_else(|| DEFAULT_LOCK_FILE.into()),
             lock_timeout: Duration::try_from_secs_f64(self.lock_timeout)
                 .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
         })
@@ -434,17 +463,10 @@ fn with_store<T>(
 }
 
 /// A `since` as RFC 3339, or as the number it is when no four-digit year holds it.
-fn since(secs: u64) -> String {
-    if secs > inventory::LAST_RFC3339_SECOND {
-        return secs.to_string();
-    }
-    humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(secs)).to_string()
-}
-
 /// The network a netconf names, to ask its module on this node's store and lock.
 fn asked_by_netconf(netconf: &std::path::Path, store: &StoreArgs) -> Result<Asked, CniError> {
     let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
-    Asked::new(&network, served_by, &store.place()?)
+    Asked::new(&network, served_by, &store.place_for(Some(netconf))?)
 }
 
 /// `value` as pretty JSON ending in a newline.
@@ -468,25 +490,94 @@ fn reservation_list(
     if json {
         return json_output(&reservations, notes, failed);
     }
-    let mut text = format!(
-        "{:<20} {:<43} {:<20} {:<6} {}\n",
-        "NETWORK", "RESERVED", "SINCE", "HELD", "NOTE"
-    );
+    let mut table = Table::new(&[
+        ("NETWORK", Align::Left),
+        ("RESERVED", Align::Left),
+        ("SINCE", Align::Left),
+        ("HELD", Align::Right),
+        ("NOTE", Align::Left),
+    ]);
     for r in reservations {
-        text += &format!(
-            "{:<20} {:<43} {:<20} {:<6} {}\n",
+        table.row(vec![
             printable(&r.network),
             printable(&r.cidr),
-            since(r.since),
-            r.held.len(),
-            printable(&r.note)
-        );
+            inventory::since(r.since),
+            r.held.len().to_string(),
+            printable(&r.note),
+        ]);
     }
+    let text = table.render();
     Output {
         text,
         notes,
         failed,
     }
+}
+
+/// `release-node`: the network `netconf` names first (its refusal refuses all), then
+/// every other network recorded in the same shared store, each as its own run.
+fn release_everywhere(
+    netconf: &Path,
+    store: &StoreArgs,
+    node: &str,
+    options: &release_node::Options,
+) -> Result<Output, CniError> {
+    let first = asked_by_netconf(netconf, store)?;
+    let mut notes = Vec::new();
+    let mut failed = false;
+    let mut networks = Vec::new();
+    if first.shared() {
+        let place = store.place_for(Some(netconf))?;
+        for (name, record) in first.networks_of_store()? {
+            if name == first.network {
+                continue;
+            }
+            let asked = record
+                .map_err(CniError::config)
+                .and_then(|served_by| Asked::new(&name, served_by, &place));
+            match asked {
+                Ok(asked) => networks.push(asked.as_node(first.node_name())),
+                Err(e) => {
+                    notes.push(format!("network {name}: {}", e.msg));
+                    failed = true;
+                }
+            }
+        }
+    }
+    networks.insert(0, first);
+    for asked in &networks {
+        release_node::check_quiet(asked, node, options, &mut notes)?;
+    }
+    let (mut text, mut never, mut known) =
+        (String::new(), Vec::new(), std::collections::BTreeSet::new());
+    for (n, asked) in networks.iter().enumerate() {
+        match release_node::release_node(asked, node, options, &mut notes) {
+            Ok(release_node::Released::Report(report)) => {
+                text += &release_node::text(&asked.network, node, &report, options.dry_run);
+            }
+            Ok(release_node::Released::NeverSeen(nodes)) => {
+                never.push(asked.network.clone());
+                known.extend(nodes);
+            }
+            Err(e) if n == 0 => return Err(e),
+            Err(e) => {
+                notes.push(e.msg);
+                failed = true;
+            }
+        }
+    }
+    if text.is_empty() && !failed {
+        return Err(release_node::unknown(&never, &known, node));
+    }
+    for network in never {
+        text +=
+            &format!("network {network}, node {node}: never committed here; nothing to release\n");
+    }
+    Ok(Output {
+        text,
+        notes,
+        failed,
+    })
 }
 
 /// Runs an operator command; returns what to print.
@@ -500,7 +591,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             json,
             reservations,
         } => {
-            let place = store.place()?;
+            let place = store.place_for(netconf.as_deref())?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
             if reservations {
@@ -519,20 +610,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             if json {
                 return Ok(json_output(&allocations, notes, failed));
             }
-            let mut text = format!(
-                "{:<20} {:<40} {:<64} {:<10} {}\n",
-                "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "SINCE"
-            );
-            for a in allocations {
-                text += &format!(
-                    "{:<20} {:<40} {:<64} {:<10} {}\n",
-                    printable(&a.network),
-                    a.address,
-                    printable(&a.container_id),
-                    printable(&a.ifname),
-                    a.since.map_or("-".into(), since)
-                );
-            }
+            let text = inventory::allocation_table(&allocations);
             Ok(Output {
                 text,
                 notes,
@@ -548,11 +626,12 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             since,
             blocks,
             prometheus,
+            json,
             runtime_endpoint,
             valid_from,
             grace,
         } => {
-            let place = store.place()?;
+            let place = store.place_for(netconf.as_deref())?;
             let networks = inventory::networks(&place, network.as_deref(), netconf.as_deref())?;
             let mut notes = Vec::new();
             // Only when the runtime is named: stats asks no runtime by default.
@@ -573,6 +652,9 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 notes.extend(leak_notes);
             }
             let failed = !notes.iter().all(|n| n.contains("changed since"));
+            if json {
+                return Ok(json_output(&stats, notes, failed));
+            }
             let window = metrics::Window {
                 last,
                 since: since.map(|d| SystemTime::now().checked_sub(d).unwrap_or(UNIX_EPOCH)),
@@ -588,7 +670,13 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                 None => Vec::new(),
             };
             let text = if prometheus {
-                metrics::prometheus(&stats, &timings)
+                // What the node's calls recorded for STATUS: local, so it shows even
+                // when the cluster store cannot be asked.
+                let conditions: Vec<_> = crate::health::all(&place.data_dir)
+                    .into_iter()
+                    .filter(|(n, _)| network.as_deref().is_none_or(|wanted| wanted == n))
+                    .collect();
+                metrics::prometheus(&stats, &conditions, &timings)
             } else {
                 metrics::table(&stats, &timings, log_file.as_deref())
             };
@@ -714,20 +802,12 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             force,
             dry_run,
         } => {
-            let asked = asked_by_netconf(&netconf, &store)?;
-            let network = asked.network.clone();
             let options = release_node::Options {
                 window: *window,
                 force,
                 dry_run,
             };
-            let mut notes = Vec::new();
-            let report = release_node::release_node(&asked, &node, &options, &mut notes)?;
-            Ok(Output {
-                text: release_node::text(&network, &node, &report, dry_run),
-                notes,
-                failed: false,
-            })
+            release_everywhere(&netconf, &store, &node, &options)
         }
         Operation::Reserve {
             cidr,
@@ -742,7 +822,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let mut notes = Vec::new();
             let made = reserve::reserve(&asked, net, &note, force, &mut notes)?;
             Ok(Output {
-                text: reserve::text(&network, "reserved", &made),
+                text: reserve::text(&network, reserve::Change::Reserved, &made),
                 notes,
                 failed: false,
             })
@@ -758,7 +838,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let mut notes = Vec::new();
             let ended = reserve::unreserve(&asked, net, &mut notes)?;
             Ok(Output {
-                text: reserve::text(&network, "unreserved", &ended),
+                text: reserve::text(&network, reserve::Change::Unreserved, &ended),
                 notes,
                 failed: false,
             })
@@ -860,7 +940,7 @@ fn leak_candidates(
 }
 
 fn gc(args: GcArgs) -> Result<Output, CniError> {
-    let place = args.store.place()?;
+    let place = args.store.place_for(args.netconf.as_deref())?;
     let runtime = Runtime::chosen(args.valid_from.as_deref(), args.runtime_endpoint.as_deref())?;
     let networks = match (&args.netconf, args.all_networks) {
         (Some(_), _) => inventory::networks(&place, None, args.netconf.as_deref())?,
@@ -869,9 +949,7 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
             let mut all = place.served()?;
             for name in &args.network {
                 if !all.iter().any(|(n, _)| n == name) {
-                    return Err(CniError::config(format!(
-                        "no module is recorded for network {name}: no call has committed to it (pass --netconf with its configuration)"
-                    )));
+                    return Err(inventory::not_recorded(name, &place));
                 }
             }
             all.retain(|(n, _)| args.network.contains(n));
@@ -907,43 +985,46 @@ fn gc(args: GcArgs) -> Result<Output, CniError> {
 fn store_action(action: StoreAction) -> Result<String, CniError> {
     match action {
         StoreAction::Check { store } => {
+            let place = store.place()?;
             let (problems, entries) =
-                with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+                with_store(&place.data_dir, &place.lock_file, store.lock_timeout, |s| {
                     Ok((s.check()?, s.entries(None)?.len()))
                 })?;
             if problems.is_empty() {
                 return Ok(format!(
                     "store {}: ok, {entries} entries\n",
-                    store.data_dir.display()
+                    place.data_dir.display()
                 ));
             }
             Err(CniError::new(
                 crate::error::code::STORE_FAILURE,
                 format!(
                     "store {} is damaged: {}",
-                    store.data_dir.display(),
+                    place.data_dir.display(),
                     problems.join("; ")
                 ),
             )
             .with_details("see SECURITY.md, \"When the store is damaged\""))
         }
         StoreAction::Backup { store, to } => {
-            with_store(&store.data_dir, &store.lock_file, store.lock_timeout, |s| {
+            let place = store.place()?;
+            with_store(&place.data_dir, &place.lock_file, store.lock_timeout, |s| {
                 s.backup(&to)
             })?;
             Ok(format!(
                 "backed up {} to {}\n",
-                store.data_dir.display(),
+                place.data_dir.display(),
                 to.display()
             ))
         }
         StoreAction::Restore { store, from } => {
-            let kept = under_lock(&store.lock_file, store.lock_timeout, |wait| {
-                store::restore(&store.data_dir, &from, wait)
+            let place = store.place()?;
+            let kept = under_lock(&place.lock_file, store.lock_timeout, |wait| {
+                store::restore(&place.data_dir, &from, wait)
             })?;
             Ok(format!(
                 "restored {} from {}; the store it replaced, if any, is kept as {}\n",
-                store.data_dir.display(),
+                place.data_dir.display(),
                 from.display(),
                 kept.display()
             ))

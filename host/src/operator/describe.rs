@@ -32,7 +32,7 @@ pub struct Description {
     pub signed_by: Option<String>,
     /// What the trust policies (the node's and `--trust-policy`) say of it.
     pub trust: String,
-    /// `cni:ipam@0.2.3`, if the module exports a handler of a version the host runs.
+    /// `cni:ipam@0.2.5`, if the module exports a handler of a version the host runs.
     pub contract: Option<String>,
     pub exports_inspect: bool,
     pub exports_migrate: bool,

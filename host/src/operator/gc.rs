@@ -8,19 +8,26 @@
 //!   allocations can be leaks: one committed after the question may belong to a
 //!   sandbox the runtime lists only once its ADD has returned;
 //! - an allocation younger than the grace period is kept (a pod being started is not
-//!   listed yet), and so is one whose recorded network namespace still exists;
+//!   listed yet), and so is one whose recorded network namespace still exists (the
+//!   host records it on the embedded store only: on etcd, the module's records have
+//!   no network namespace, and docs/install.md says so);
 //! - a runtime that cannot answer, or lists no sandbox while the network holds
 //!   addresses (a wrong socket and a reset runtime look alike), releases nothing;
 //! - on a store shared by nodes, only this node's allocations are candidates;
 //! - the host decides under the lock, in one hold with the release, and the module
 //!   releases through its own CNI GC export, told every other allocation is valid:
-//!   the host never edits a module's keys.
+//!   the host never edits a module's keys;
+//! - a release that outgrows one etcd transaction goes in batches: the module
+//!   releases what one holds (`store.commit-room`) and the host decides and runs
+//!   again while a batch fills its transaction, each batch atomic and the whole safe
+//!   to run again after a crash.
 
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Call, Work};
 use crate::operator::ask::Asked;
 use crate::operator::inventory::{Allocation, checked_allocation, printable};
 use crate::operator::runtime::Runtime;
+use crate::operator::table::{Align, Table};
 use crate::pipeline::Writes;
 use crate::store::AttachmentRecord;
 use serde::Serialize;
@@ -103,13 +110,36 @@ pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> 
     let asked_at = unix_now();
     let live = options.runtime.live(options.timeout)?;
     for (asked, held) in before {
-        match reconcile(&asked, &held, &live, asked_at, options, &mut out.notes) {
-            Ok(leaks) => out.leaks.extend(leaks),
-            Err(e) => {
-                out.notes.push(e.to_string());
-                out.unreconciled.insert(asked.network.clone());
+        let mut found: BTreeMap<(String, String, IpAddr), Leak> = BTreeMap::new();
+        loop {
+            match reconcile(&asked, &held, &live, asked_at, options, &mut out.notes) {
+                Ok((leaks, full)) => {
+                    let released = leaks.iter().filter(|l| l.released).count();
+                    for leak in leaks {
+                        let key = (leak.container_id.clone(), leak.ifname.clone(), leak.address);
+                        found.insert(key, leak);
+                    }
+                    // Another batch while this one filled its transaction and released.
+                    if !full || released == 0 {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    out.notes.push(e.to_string());
+                    out.unreconciled.insert(asked.network.clone());
+                    break;
+                }
             }
         }
+        for leak in found.values().filter(|l| !l.released && !options.dry_run) {
+            out.notes.push(format!(
+                "network {}: the module kept {} (container {}) through its GC",
+                leak.network, leak.address, leak.container_id
+            ));
+        }
+        let mut leaks: Vec<Leak> = found.into_values().collect();
+        leaks.sort_by_key(|l| l.address);
+        out.leaks.extend(leaks);
     }
     Ok(out)
 }
@@ -142,7 +172,8 @@ fn holdings(asked: &Asked, notes: &mut Vec<String>) -> Result<Held, CniError> {
 }
 
 /// Under one hold of the lock: the allocations now, the leaks among them, and (unless
-/// a dry run) the module's GC keeping every other allocation.
+/// a dry run) the module's GC keeping every other allocation; and whether its commit
+/// filled the store's transaction.
 fn reconcile(
     asked: &Asked,
     held_before: &Held,
@@ -150,12 +181,14 @@ fn reconcile(
     asked_at: u64,
     options: &Options,
     notes: &mut Vec<String>,
-) -> Result<Vec<Leak>, CniError> {
+) -> Result<(Vec<Leak>, bool), CniError> {
     let context = Work::Allocations(asked.context());
     let node = asked.node_name();
     let request = asked.gc_request()?;
-    let mut leaks = asked.run("gc", notes, |session| {
-        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnly)?);
+    let batch = asked.run_batch("gc", notes, |session| {
+        // Unchecked: on etcd, one key per allocation would leave the module's GC no
+        // room in the transaction; the GC reads again each attachment it releases.
+        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::Unchecked)?);
         let records = by_container(session.attachments()?);
         let now = session.granted_unix();
         let facts = Facts {
@@ -203,13 +236,14 @@ fn reconcile(
         session.ask(Work::Handle(request.clone(), Call::Gc(valid)), Writes::Commit)?;
         Ok(leaks)
     })?;
+    let mut leaks = batch.answer;
     if !options.dry_run && !leaks.is_empty() {
         confirm_released(asked, &mut leaks, notes)?;
     }
-    Ok(leaks)
+    Ok((leaks, batch.full))
 }
 
-/// After the GC: which leaks the module released (it decides), each logged.
+/// After a GC batch: which leaks the module released (it decides), each logged.
 fn confirm_released(
     asked: &Asked,
     leaks: &mut [Leak],
@@ -233,11 +267,6 @@ fn confirm_released(
                 age_s = leak.age_seconds,
                 "released an address whose sandbox the runtime does not have"
             );
-        } else {
-            notes.push(format!(
-                "network {}: the module kept {} (container {}) through its GC",
-                leak.network, leak.address, leak.container_id
-            ));
         }
     }
     Ok(())
@@ -245,15 +274,19 @@ fn confirm_released(
 
 /// The leaks as a table, one per line, for a person.
 pub fn table(leaks: &[Leak], dry_run: bool) -> String {
-    let mut text = format!(
-        "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
-        "NETWORK", "ADDRESS", "CONTAINER ID", "IFNAME", "AGE", "NODE", "RELEASED"
-    );
+    let mut table = Table::new(&[
+        ("NETWORK", Align::Left),
+        ("ADDRESS", Align::Left),
+        ("CONTAINER ID", Align::Left),
+        ("IFNAME", Align::Left),
+        ("AGE", Align::Left),
+        ("NODE", Align::Left),
+        ("RELEASED", Align::Left),
+    ]);
     for leak in leaks {
-        text += &format!(
-            "{:<20} {:<40} {:<64} {:<10} {:<6} {:<20} {}\n",
+        table.row(vec![
             printable(&leak.network),
-            leak.address,
+            leak.address.to_string(),
             printable(&leak.container_id),
             printable(&leak.ifname),
             leak.age_seconds.map_or("-".into(), age),
@@ -263,9 +296,10 @@ pub fn table(leaks: &[Leak], dry_run: bool) -> String {
                 (false, true) => "yes",
                 (false, false) => "no (the module kept it)",
             }
-        );
+            .into(),
+        ]);
     }
-    text
+    table.render()
 }
 
 /// An age as kubectl prints one: `45s`, `12m`, `5h`, `3d`.

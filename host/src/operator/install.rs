@@ -23,6 +23,7 @@ use crate::module::cache::ModuleCache;
 use crate::module::compile::COMPILER;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::Policies;
+use crate::operator::cni_versions::{self, Chosen};
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -232,9 +233,23 @@ fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
     missing
 }
 
+/// The capability through which containerd and CRI-O hand a pod's annotations to the
+/// plugin that declares it (in `runtimeConfig`); bridge passes them on to its IPAM.
+pub const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+
+/// The chain's plugins whose versions bound the conflist's (wasm-ipam's own are
+/// known): the ones it lists.
+const CHAIN: &[&str] = &["bridge", "portmap"];
+
 /// The conflist: bridge with wasm-ipam as its IPAM (host-local's configuration keys,
-/// which the host-local module reads), then portmap.
-pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde_json::Value {
+/// which the host-local module reads), then portmap; its versions as `versions` chose
+/// them, and bridge declaring the pod-annotations capability.
+pub fn conflist(
+    install: &Install,
+    module: &Path,
+    sha256: Option<&str>,
+    versions: &Chosen,
+) -> serde_json::Value {
     let default_route = if install.subnet.addr().is_ipv4() {
         "0.0.0.0/0"
     } else {
@@ -247,7 +262,10 @@ pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde
         // A call waits at most lockTimeoutSeconds for the lock, then runs at most
         // deadlineSeconds from the grant: 105 s in all, inside kubelet's 2-minute
         // runtime request timeout, so a call that cannot finish answers "try again
-        // later" while kubelet still listens instead of being cancelled.
+        // later" while kubelet still listens instead of being cancelled. The lock is
+        // the node's: a call of an etcd network that cannot reach etcd holds it
+        // about its store's timeoutSeconds (5 s by default) plus its start, so 60 s
+        // lets this network's calls through behind about ten of those.
         "deadlineSeconds": 45,
         "lockTimeoutSeconds": 60,
         "ranges": [[{ "subnet": install.subnet.to_string() }]],
@@ -268,7 +286,8 @@ pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde
         ipam["moduleSha256"] = json!(sha256);
     }
     json!({
-        "cniVersion": "1.0.0",
+        "cniVersion": versions.cni_version,
+        "cniVersions": versions.cni_versions,
         "name": install.network,
         "plugins": [
             {
@@ -276,11 +295,36 @@ pub fn conflist(install: &Install, module: &Path, sha256: Option<&str>) -> serde
                 "bridge": install.bridge,
                 "isGateway": true,
                 "ipMasq": true,
+                "capabilities": { POD_ANNOTATIONS: true },
                 "ipam": ipam,
             },
             { "type": "portmap", "capabilities": { "portMappings": true } },
         ]
     })
+}
+
+/// The chain's versions, each plugin asked where the runtime will find it (the bin
+/// dir, else the plugin dir it is linked from); one not found is left out, said.
+fn chain_versions(install: &Install, steps: &mut Steps) -> Result<Chosen, CniError> {
+    let mut chain = Vec::new();
+    let mut unasked = Vec::new();
+    for plugin in CHAIN {
+        let found = std::iter::once(install.bin_dir.join(plugin))
+            .chain(install.plugin_dirs.iter().map(|d| d.join(plugin)))
+            .find(|p| p.is_file());
+        match found.map(|p| cni_versions::ask(&p)) {
+            Some(Ok(versions)) => chain.push((plugin.to_string(), versions)),
+            Some(Err(why)) => unasked.push(why),
+            None => unasked.push(format!("{plugin} not found")),
+        }
+    }
+    let chosen = cni_versions::choose(&chain)?;
+    let mut line = chosen.line();
+    if !unasked.is_empty() {
+        line += &format!("; not asked: {}", unasked.join("; "));
+    }
+    steps.done(&line, &line);
+    Ok(chosen)
 }
 
 /// Conflists in the conf dir that sort before ours: a runtime would use one of them.
@@ -414,9 +458,11 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             "",
         );
     }
-    let text = serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref()))
-        .expect("serialisable")
-        + "\n";
+    let versions = chain_versions(install, &mut steps)?;
+    let text =
+        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions))
+            .expect("serialisable")
+            + "\n";
     put_file(
         &install.conf_dir.join(&install.conflist_name),
         text.as_bytes(),

@@ -5,9 +5,10 @@
 //! stranger's code and its answer reaches an operator's terminal.
 
 use crate::error::CniError;
-use crate::module::bindings::{inspect, reservations, usage};
-use crate::module::instance::{Answer, Work};
+use crate::module::bindings::{inspect, reservations, usage, wide_usage};
+use crate::module::instance::{Answer, Work, widened};
 use crate::operator::ask::{Asked, Place, asked_all};
+use crate::operator::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
 use crate::store::Records;
 use serde::Serialize;
@@ -49,15 +50,15 @@ pub struct PoolStats {
     /// For a block, the node it belongs to.
     pub node: Option<String>,
     /// Addresses the pool can hand out, if the module knows it.
-    pub capacity: Option<u64>,
-    pub in_use: u64,
-    pub excluded: u64,
-    pub cooling_down: u64,
+    pub capacity: Option<u128>,
+    pub in_use: u128,
+    pub excluded: u128,
+    pub cooling_down: u128,
     /// Kept out of use by a reservation (not in use).
-    pub reserved: u64,
+    pub reserved: u128,
     /// Of in use, held in another node's block.
-    pub borrowed: u64,
-    pub free: Option<u64>,
+    pub borrowed: u128,
+    pub free: Option<u128>,
     /// The module's warning threshold, percent of capacity in use.
     pub warn_percent: Option<u8>,
 }
@@ -78,19 +79,65 @@ pub struct Reservation {
 pub struct NetworkStats {
     pub network: String,
     /// Known only if every pool's is.
-    pub capacity: Option<u64>,
-    pub in_use: u64,
-    pub excluded: u64,
-    pub cooling_down: u64,
-    pub reserved: u64,
-    pub borrowed: u64,
-    pub free: Option<u64>,
+    pub capacity: Option<u128>,
+    pub in_use: u128,
+    pub excluded: u128,
+    pub cooling_down: u128,
+    pub reserved: u128,
+    pub borrowed: u128,
+    pub free: Option<u128>,
     pub pools: Vec<PoolStats>,
     /// The blocks of its pools, when the module reports them.
     pub blocks: Vec<PoolStats>,
     /// Allocations `gc` would release now (its dry run with the default grace), when
     /// `stats` was given the runtime to ask.
     pub leak_candidates: Option<u64>,
+}
+
+/// A Unix time as RFC 3339, or as the number when no four-digit year holds it.
+pub fn since(secs: u64) -> String {
+    if secs > LAST_RFC3339_SECOND {
+        return secs.to_string();
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        .to_string()
+}
+
+/// `list`'s table: one row per address; NODE, POOL and BORROWED appear when a
+/// module reports them (a cluster network's `node`, `pool` and `borrowed` attributes).
+pub fn allocation_table(allocations: &[Allocation]) -> String {
+    let shown = |key: &str| allocations.iter().any(|a| a.attributes.contains_key(key));
+    let extra: Vec<(&str, &str)> = [("node", "NODE"), ("pool", "POOL"), ("borrowed", "BORROWED")]
+        .into_iter()
+        .filter(|(key, _)| shown(key))
+        .collect();
+    let mut columns = vec![
+        ("NETWORK", Align::Left),
+        ("ADDRESS", Align::Left),
+        ("CONTAINER ID", Align::Left),
+        ("IFNAME", Align::Left),
+    ];
+    columns.extend(extra.iter().map(|(_, header)| (*header, Align::Left)));
+    columns.push(("SINCE", Align::Left));
+    let mut table = Table::new(&columns);
+    for a in allocations {
+        let mut row = vec![
+            printable(&a.network),
+            a.address.to_string(),
+            printable(&a.container_id),
+            printable(&a.ifname),
+        ];
+        for (key, _) in &extra {
+            row.push(match (a.attributes.get(*key), *key) {
+                (Some(value), _) => printable(value),
+                (None, "borrowed") => "no".into(),
+                (None, _) => "-".into(),
+            });
+        }
+        row.push(a.since.map_or("-".into(), since));
+        table.row(row);
+    }
+    table.render()
 }
 
 /// Which networks to ask, and by which module: the store's records (all, or
@@ -108,12 +155,20 @@ pub fn networks(
     if let Some(network) = network {
         served.retain(|(name, _)| name == network);
         if served.is_empty() {
-            return Err(CniError::config(format!(
-                "no module is recorded for network {network}: no call has committed to it since wasm-ipam 0.2 (pass --netconf with its configuration)"
-            )));
+            return Err(not_recorded(network, place));
         }
     }
     Ok(served)
+}
+
+/// Why `--network NAME` names nothing here: the node's own store records only the
+/// networks it serves itself; a network on a shared store (etcd) is named by its
+/// configuration.
+pub fn not_recorded(network: &str, place: &Place) -> CniError {
+    CniError::config(format!(
+        "no module is recorded for network {network} in the store at {}: no call has committed to it there; a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE (its conflist, e.g. /etc/cni/net.d/10-{network}.conflist)",
+        place.data_dir.display()
+    ))
 }
 
 /// Asks each network's module for operator command `command` what `ask` asks it
@@ -228,7 +283,10 @@ pub fn network_stats(
     .into_iter()
     .filter_map(|(network, answer)| match answer {
         Answer::Usage(rows) => Some(totals(&network, rows)),
-        Answer::Pools(pools) => Some(totals(&network, pools.into_iter().map(pool_row).collect())),
+        Answer::Pools(pools) => Some(totals(
+            &network,
+            pools.into_iter().map(pool_row).map(widened).collect(),
+        )),
         _ => None,
     })
     .collect()
@@ -250,6 +308,11 @@ fn pool_row(p: inspect::Pool) -> usage::PoolUsage {
         free: p.free,
         warn_percent: None,
     }
+}
+
+/// A count as one number.
+fn exact(c: wide_usage::Count) -> u128 {
+    (u128::from(c.high) << 64) | u128::from(c.low)
 }
 
 fn checked_reservation(network: &str, r: reservations::Reservation) -> Reservation {
@@ -297,19 +360,19 @@ fn field(text: &str) -> String {
     crate::limits::truncated(text, MAX_FIELD_BYTES).to_string()
 }
 
-fn totals(network: &str, rows: Vec<usage::PoolUsage>) -> NetworkStats {
-    let row = |p: usage::PoolUsage| PoolStats {
+fn totals(network: &str, rows: Vec<wide_usage::PoolUsage>) -> NetworkStats {
+    let row = |p: wide_usage::PoolUsage| PoolStats {
         network: network.to_string(),
         pool: field(&p.name),
         parent: p.parent.as_deref().map(field),
         node: p.node.as_deref().map(field),
-        capacity: p.capacity,
-        in_use: p.in_use,
-        excluded: p.excluded,
-        cooling_down: p.cooling_down,
-        reserved: p.reserved,
-        borrowed: p.borrowed,
-        free: p.free,
+        capacity: p.capacity.map(exact),
+        in_use: exact(p.in_use),
+        excluded: exact(p.excluded),
+        cooling_down: exact(p.cooling_down),
+        reserved: exact(p.reserved),
+        borrowed: exact(p.borrowed),
+        free: p.free.map(exact),
         warn_percent: p.warn_percent.filter(|p| *p <= 100),
     };
     let (pools, blocks): (Vec<_>, Vec<_>) = rows
@@ -318,10 +381,10 @@ fn totals(network: &str, rows: Vec<usage::PoolUsage>) -> NetworkStats {
         .partition(|p| p.kind == usage::Kind::Pool);
     let pools: Vec<PoolStats> = pools.into_iter().take(MAX_POOLS).map(row).collect();
     let blocks: Vec<PoolStats> = blocks.into_iter().map(row).collect();
-    let sum = |f: fn(&PoolStats) -> Option<u64>| -> Option<u64> {
+    let sum = |f: fn(&PoolStats) -> Option<u128>| -> Option<u128> {
         pools
             .iter()
-            .try_fold(0u64, |total, p| Some(total.saturating_add(f(p)?)))
+            .try_fold(0u128, |total, p| Some(total.saturating_add(f(p)?)))
     };
     NetworkStats {
         network: network.to_string(),
@@ -371,14 +434,14 @@ mod tests {
     #[test]
     fn totals_are_known_only_when_every_pool_s_are() {
         let pool = |name: &str, capacity: Option<u64>, free: Option<u64>| {
-            pool_row(inspect::Pool {
+            widened(pool_row(inspect::Pool {
                 name: name.into(),
                 capacity,
                 in_use: 2,
                 excluded: 1,
                 cooling_down: 1,
                 free,
-            })
+            }))
         };
         let both = totals(
             "n",
@@ -387,7 +450,11 @@ mod tests {
                 pool("b", Some(u64::MAX), Some(3)),
             ],
         );
-        assert_eq!(both.capacity, Some(u64::MAX), "saturates");
+        assert_eq!(
+            both.capacity,
+            Some(u128::from(u64::MAX) + 10),
+            "exact past 2^64"
+        );
         assert_eq!((both.in_use, both.excluded, both.free), (4, 2, Some(9)));
         let one_unknown = totals(
             "n",
@@ -398,21 +465,32 @@ mod tests {
     }
 
     #[test]
+    fn wide_counts_are_exact() {
+        let wide = |high: u64, low: u64| wide_usage::Count { high, low };
+        assert_eq!(exact(wide(0, 5)), 5);
+        // A /48 of IPv6: 2^80 addresses.
+        assert_eq!(exact(wide(1 << 16, 0)), 1u128 << 80);
+        assert_eq!(exact(wide(u64::MAX, u64::MAX)), u128::MAX);
+    }
+
+    #[test]
     fn block_rows_are_shown_apart_and_never_summed() {
-        let row = |kind: usage::Kind, name: &str, in_use: u64, borrowed: u64| usage::PoolUsage {
-            kind,
-            name: name.into(),
-            parent: (kind == usage::Kind::Block).then(|| "pool p 10.0.0.0/24".into()),
-            node: None,
-            capacity: Some(61),
-            in_use,
-            excluded: 0,
-            cooling_down: 0,
-            reserved: 3,
-            borrowed,
-            free: None,
-            warn_percent: Some(101),
-        };
+        let count = |n: u64| wide_usage::Count { high: 0, low: n };
+        let row =
+            |kind: usage::Kind, name: &str, in_use: u64, borrowed: u64| wide_usage::PoolUsage {
+                kind,
+                name: name.into(),
+                parent: (kind == usage::Kind::Block).then(|| "pool p 10.0.0.0/24".into()),
+                node: None,
+                capacity: Some(count(61)),
+                in_use: count(in_use),
+                excluded: count(0),
+                cooling_down: count(0),
+                reserved: count(3),
+                borrowed: count(borrowed),
+                free: None,
+                warn_percent: Some(101),
+            };
         let stats = totals(
             "n",
             vec![

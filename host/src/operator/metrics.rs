@@ -2,9 +2,12 @@
 //! recent calls, how long they waited for the lock, held it and used of their budget —
 //! as a table or in Prometheus text format (for node_exporter's textfile collector).
 
+use crate::health::Health;
 use crate::operator::inventory::{NetworkStats, PoolStats, printable};
 use crate::operator::log_tail;
+use crate::operator::table::{Align, Table};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::io;
 use std::path::Path;
@@ -167,11 +170,31 @@ const TIMINGS: &[Metric] = &[
     ),
 ];
 
-fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, u64)]) {
+fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, u128)]) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
     for (labels, value) in rows {
         let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
+}
+
+/// One row per network, source and code, counting its conditions.
+fn condition_rows(conditions: &[(String, Health)]) -> Vec<(String, u128)> {
+    let mut rows: BTreeMap<String, u128> = BTreeMap::new();
+    for (network, health) in conditions {
+        let labels = |source: &str, code: u32| {
+            format!(
+                "network=\"{}\",source=\"{source}\",code=\"{code}\"",
+                escape(network)
+            )
+        };
+        if let Some((c, _)) = &health.store_unreachable {
+            *rows.entry(labels("store", c.code)).or_default() += 1;
+        }
+        for c in &health.degraded {
+            *rows.entry(labels("module", c.code)).or_default() += 1;
+        }
+    }
+    rows.into_iter().collect()
 }
 
 fn escape(label: &str) -> String {
@@ -183,16 +206,20 @@ fn escape(label: &str) -> String {
 
 /// Prometheus text exposition format.
 /// Per network (its totals over its pools), then per pool.
-pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
+pub fn prometheus(
+    networks: &[NetworkStats],
+    conditions: &[(String, Health)],
+    timings: &[CallTiming],
+) -> String {
     let mut out = String::new();
-    let rows = |f: fn(&NetworkStats) -> Option<u64>| -> Vec<(String, u64)> {
+    let rows = |f: fn(&NetworkStats) -> Option<u128>| -> Vec<(String, u128)> {
         networks
             .iter()
             .filter_map(|n| Some((format!("network=\"{}\"", escape(&n.network)), f(n)?)))
             .collect()
     };
     let pools: Vec<&PoolStats> = networks.iter().flat_map(|n| &n.pools).collect();
-    let pool_rows = |f: fn(&PoolStats) -> Option<u64>| -> Vec<(String, u64)> {
+    let pool_rows = |f: fn(&PoolStats) -> Option<u128>| -> Vec<(String, u128)> {
         pools
             .iter()
             .filter_map(|p| {
@@ -252,10 +279,10 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
             &mut out,
             "wasm_ipam_leak_candidates",
             "Allocations whose sandbox the runtime does not have, older than the grace period: what wasm-ipam gc would release.",
-            &rows(|n| n.leak_candidates),
+            &rows(|n| n.leak_candidates.map(u128::from)),
         );
     }
-    type PoolMetric = (&'static str, &'static str, fn(&PoolStats) -> Option<u64>);
+    type PoolMetric = (&'static str, &'static str, fn(&PoolStats) -> Option<u128>);
     const POOL_METRICS: &[PoolMetric] = &[
         (
             "wasm_ipam_pool_addresses_capacity",
@@ -295,12 +322,18 @@ pub fn prometheus(networks: &[NetworkStats], timings: &[CallTiming]) -> String {
         (
             "wasm_ipam_pool_warn_percent",
             "The module's warning threshold: percent of the pool's capacity in use.",
-            |p| p.warn_percent.map(u64::from),
+            |p| p.warn_percent.map(u128::from),
         ),
     ];
     for (name, help, value) in POOL_METRICS {
         gauge(&mut out, name, help, &pool_rows(*value));
     }
+    gauge(
+        &mut out,
+        "wasm_ipam_status_conditions",
+        "Conditions this node's calls met that fail some ADDs while CNI STATUS answers ready: source store (the cluster store not reached) or module (what the module reported degraded), by CNI code.",
+        &condition_rows(conditions),
+    );
     let datastore = used_a_datastore(timings);
     if datastore {
         for (name, help, value) in DATASTORE_COUNTS {
@@ -343,62 +376,55 @@ pub fn table(
     timings: &[CallTiming],
     log: Option<&std::path::Path>,
 ) -> String {
-    let mut out = String::new();
-    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    let opt = |v: Option<u128>| v.map_or("-".to_string(), |v| v.to_string());
     // The leak column only when the runtime was asked (`stats --runtime-endpoint`).
     let leaks = networks.iter().any(|n| n.leak_candidates.is_some());
-    let leak_column = |v: Option<u64>| {
-        if leaks {
-            format!(" {:>6}", opt(v))
-        } else {
-            String::new()
-        }
-    };
-    let _ = writeln!(
-        out,
-        "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
-        "NETWORK",
-        "CAPACITY",
-        "IN USE",
-        "FREE",
-        "EXCLUDED",
-        "COOLING",
-        "RESERVED",
-        "BORROWED",
-        if leaks { "  LEAKS" } else { "" }
-    );
-    let row = |out: &mut String, name: String, p: &PoolStats| {
-        let _ = writeln!(
-            out,
-            "{name:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}",
+    let mut columns = vec![
+        ("NETWORK", Align::Left),
+        ("CAPACITY", Align::Right),
+        ("IN USE", Align::Right),
+        ("FREE", Align::Right),
+        ("EXCLUDED", Align::Right),
+        ("COOLING", Align::Right),
+        ("RESERVED", Align::Right),
+        ("BORROWED", Align::Right),
+    ];
+    if leaks {
+        columns.push(("LEAKS", Align::Right));
+    }
+    let mut pools = Table::new(&columns);
+    let cells = |name: String, p: &PoolStats| {
+        vec![
+            name,
             opt(p.capacity),
-            p.in_use,
+            p.in_use.to_string(),
             opt(p.free),
-            p.excluded,
-            p.cooling_down,
-            p.reserved,
-            p.borrowed
-        );
+            p.excluded.to_string(),
+            p.cooling_down.to_string(),
+            p.reserved.to_string(),
+            p.borrowed.to_string(),
+        ]
     };
     for n in networks {
-        let _ = writeln!(
-            out,
-            "{:<24} {:>10} {:>8} {:>8} {:>9} {:>8} {:>9} {:>9}{}",
+        let mut row = vec![
             printable(&n.network),
             opt(n.capacity),
-            n.in_use,
+            n.in_use.to_string(),
             opt(n.free),
-            n.excluded,
-            n.cooling_down,
-            n.reserved,
-            n.borrowed,
-            leak_column(n.leak_candidates)
-        );
+            n.excluded.to_string(),
+            n.cooling_down.to_string(),
+            n.reserved.to_string(),
+            n.borrowed.to_string(),
+        ];
+        if leaks {
+            row.push(opt(n.leak_candidates.map(u128::from)));
+        }
+        pools.row(row);
         // A network of one pool is its pool; several are shown each, each pool with
         // its blocks when they were asked for (`--blocks`).
         for p in &n.pools {
             if n.pools.len() > 1 {
-                row(&mut out, format!("  {}", printable(&p.pool)), p);
+                pools.row(cells(format!("  {}", printable(&p.pool)), p));
             }
             for b in n
                 .blocks
@@ -409,14 +435,11 @@ pub fn table(
                     .node
                     .as_deref()
                     .map_or(String::new(), |n| format!(" ({})", printable(n)));
-                row(
-                    &mut out,
-                    format!("    block {}{node}", printable(&b.pool)),
-                    b,
-                );
+                pools.row(cells(format!("    block {}{node}", printable(&b.pool)), b));
             }
         }
     }
+    let mut out = pools.render();
     match log {
         Some(_) => {
             let _ = writeln!(out, "\nthe last {} calls in the log", timings.len());
@@ -525,11 +548,11 @@ not json
 
     #[test]
     fn datastore_series_appear_only_for_calls_that_used_one() {
-        let plain = prometheus(&[], &call_timings(LOG));
+        let plain = prometheus(&[], &[], &call_timings(LOG));
         assert!(!plain.contains("datastore"), "{plain}");
         let timings = call_timings(ETCD_LOG);
         assert_eq!(timings[0].datastore.conflicts, 1);
-        let text = prometheus(&[], &timings);
+        let text = prometheus(&[], &[], &timings);
         assert!(
             text.contains("wasm_ipam_datastore_requests_total 9\n"),
             "{text}"
@@ -580,7 +603,7 @@ not json
             pools: vec![pool],
             ..NetworkStats::default()
         }];
-        let text = prometheus(&networks, &call_timings(LOG));
+        let text = prometheus(&networks, &[], &call_timings(LOG));
         assert!(
             text.contains("wasm_ipam_addresses_capacity{network=\"n\\\"1\"} 10\n"),
             "{text}"

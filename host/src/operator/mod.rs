@@ -5,6 +5,7 @@
 
 pub mod ask;
 pub mod cli;
+pub mod cni_versions;
 pub mod describe;
 pub mod forget;
 pub mod gc;
@@ -18,4 +19,5 @@ pub mod oci;
 pub mod release_node;
 pub mod reserve;
 pub mod runtime;
+pub mod table;
 pub mod try_call;

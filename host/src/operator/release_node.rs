@@ -12,6 +12,11 @@
 //!   release. If the node commits meanwhile, the module's reads of its keys conflict
 //!   in the commit, the attempt runs again and sees that call.
 //! - An embedded store is one node's own: there is no other node to release.
+//! - A node's release can outgrow one etcd transaction (`--max-txn-ops`): the module
+//!   releases what one holds (`store.commit-room`), and the host runs it again while a
+//!   run fills its transaction, each batch atomic, its liveness check made again,
+//!   and the whole safe to run again after a crash. A batch that fails leaves the
+//!   ones before it done, and the command says what they did.
 
 use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
@@ -35,14 +40,22 @@ pub struct Options {
     pub dry_run: bool,
 }
 
-/// Releases `node` from `asked`'s network: what the module released (or, in a dry
-/// run, would release).
+/// What releasing a node from one network came to.
+pub enum Released {
+    /// What the module released (or, in a dry run, would release).
+    Report(nodes::ReleaseReport),
+    /// The node never committed to this network: nothing of it is here. Names the
+    /// nodes that did.
+    NeverSeen(Vec<String>),
+}
+
+/// Releases `node` from `asked`'s network.
 pub fn release_node(
     asked: &Asked,
     node: &str,
     options: &Options,
     notes: &mut Vec<String>,
-) -> Result<nodes::ReleaseReport, CniError> {
+) -> Result<Released, CniError> {
     if !asked.shared() {
         return Err(CniError::config(format!(
             "network {}: its store is this node's own (embedded), so there is no other node to release; release-node is for a store nodes share (etcd)",
@@ -64,21 +77,56 @@ pub fn release_node(
         true => Writes::ReadOnly,
         false => Writes::Commit,
     };
-    let report = asked.run("release-node", notes, |session| {
-        let now = session.granted_unix();
-        if !options.force
-            && let Some(refused) = refusal(&session.last_commits()?, node, now, options.window)
-        {
-            return Err(refused);
+    let mut report = nodes::ReleaseReport {
+        addresses: Vec::new(),
+        blocks: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut batches = 0usize;
+    loop {
+        let batch = asked.run_batch("release-node", notes, |session| {
+            if let Some(refused) = session.module().refusal(&work) {
+                return Err(refused);
+            }
+            let now = session.granted_unix();
+            let last_commits = session.last_commits()?;
+            if !last_commits.iter().any(|(n, _)| n == node) {
+                let known = last_commits.iter().map(|(n, _)| n.clone()).collect();
+                return Ok(Released::NeverSeen(known));
+            }
+            if !options.force
+                && let Some(refused) = refusal(&last_commits, node, now, options.window)
+            {
+                return Err(refused);
+            }
+            match session.ask(work.clone(), writes)? {
+                Answer::Released(report) => Ok(Released::Report(report)),
+                _ => Err(CniError::new(
+                    code::INTERNAL_ERROR,
+                    "the module answered release-node with something else (a bug)",
+                )),
+            }
+        });
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(e) if batches == 0 => return Err(e),
+            Err(e) => return Err(partial(e, &report, batches)),
+        };
+        let answer = match batch.answer {
+            Released::Report(answer) => answer,
+            // Only the node's own commits write its record: a first batch that
+            // finds none means nothing of it is here.
+            Released::NeverSeen(known) if batches == 0 => return Ok(Released::NeverSeen(known)),
+            Released::NeverSeen(_) => break,
+        };
+        batches += 1;
+        report.addresses.extend(answer.addresses);
+        report.blocks.extend(answer.blocks);
+        report.notes.extend(answer.notes);
+        if !batch.full {
+            break;
         }
-        match session.ask(work.clone(), writes)? {
-            Answer::Released(report) => Ok(report),
-            _ => Err(CniError::new(
-                code::INTERNAL_ERROR,
-                "the module answered release-node with something else (a bug)",
-            )),
-        }
-    })?;
+    }
     if !options.dry_run {
         tracing::info!(
             target: "release-node",
@@ -86,10 +134,66 @@ pub fn release_node(
             node,
             addresses = report.addresses.len(),
             blocks = report.blocks.len(),
+            batches,
             "released a node that is gone"
         );
     }
-    Ok(report)
+    Ok(Released::Report(report))
+}
+
+/// Refuses `node` if it committed to `asked`'s network within the window (unless
+/// `--force`): asked of every network before any is released, so a node still
+/// calling in one network loses nothing in the others.
+pub fn check_quiet(
+    asked: &Asked,
+    node: &str,
+    options: &Options,
+    notes: &mut Vec<String>,
+) -> Result<(), CniError> {
+    // The command's own refusals (an embedded store, the node it runs as) are
+    // release_node's to say.
+    if options.force || !asked.shared() || node == asked.node_name() {
+        return Ok(());
+    }
+    asked.run("release-node", notes, |session| {
+        let now = session.granted_unix();
+        match refusal(&session.last_commits()?, node, now, options.window) {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    })
+}
+
+/// A batch's failure after others committed: what those did, then why it stopped.
+fn partial(e: CniError, done: &nodes::ReleaseReport, batches: usize) -> CniError {
+    CniError {
+        msg: format!(
+            "{} after {batches} batch(es) had released {} address(es) and {} block(s); run release-node again to finish",
+            e.msg,
+            done.addresses.len(),
+            done.blocks.len()
+        ),
+        ..e
+    }
+}
+
+/// A node that never committed to any network of the store (a typo, another
+/// cluster's node): its name is refused rather than "released" with nothing, so the
+/// operator looks again. `known`: the nodes that did commit.
+pub fn unknown(
+    networks: &[String],
+    known: &std::collections::BTreeSet<String>,
+    node: &str,
+) -> CniError {
+    let known: Vec<&str> = known.iter().map(String::as_str).collect();
+    CniError::config(format!(
+        "node {node} has never committed to network {} in this store (the nodes that have: {}); nothing was released: check the name (ipam.nodeName, else the node's hostname)",
+        networks.join(", "),
+        match known.is_empty() {
+            true => "none".to_string(),
+            false => known.join(", "),
+        }
+    ))
 }
 
 /// Why `node` may not be released now, from each node's last commit (Unix seconds):
@@ -192,5 +296,21 @@ mod tests {
         assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
         assert!(err.msg.contains("--force"), "{}", err.msg);
         assert!(refusal(&last, "never-committed", 10_000, WINDOW).is_none());
+    }
+
+    #[test]
+    fn a_node_that_never_committed_is_an_error_naming_the_ones_that_did() {
+        let known = ["node-a".to_string(), "node-b".to_string()].into();
+        let err = unknown(&["pods".into()], &known, "node-9");
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert!(
+            err.msg
+                .contains("node node-9 has never committed to network pods")
+                && err.msg.contains("(the nodes that have: node-a, node-b)"),
+            "{}",
+            err.msg
+        );
+        let none = unknown(&["a".into(), "b".into()], &Default::default(), "x");
+        assert!(none.msg.contains("network a, b") && none.msg.contains("have: none"));
     }
 }

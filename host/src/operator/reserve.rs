@@ -88,8 +88,23 @@ fn reservation(answer: Answer) -> Result<reservations::Reservation, CniError> {
     }
 }
 
-/// What `reserve` and `unreserve` print.
-pub fn text(network: &str, verb: &str, r: &reservations::Reservation) -> String {
+/// Which of the two commands made a [`reservations::Reservation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Reserved,
+    Unreserved,
+}
+
+/// What `reserve` and `unreserve` print: each address of the range held now, and
+/// what becomes of it once its holder is deleted.
+pub fn text(network: &str, change: Change, r: &reservations::Reservation) -> String {
+    let (verb, then) = match change {
+        Change::Reserved => ("reserved", "it stays out of use once its holder is deleted"),
+        Change::Unreserved => (
+            "unreserved",
+            "its holder keeps it; once deleted, it is handed out again",
+        ),
+    };
     let mut out = format!(
         "network {network}: {verb} {}{}\n",
         printable(&r.cidr),
@@ -99,11 +114,7 @@ pub fn text(network: &str, verb: &str, r: &reservations::Reservation) -> String 
         }
     );
     for held in r.held.iter().take(1024) {
-        let _ = writeln!(
-            out,
-            "held    {} is in use: it stays out of use once its holder is deleted",
-            printable(held)
-        );
+        let _ = writeln!(out, "held    {} is in use: {then}", printable(held));
     }
     out
 }
@@ -111,6 +122,31 @@ pub fn text(network: &str, verb: &str, r: &reservations::Reservation) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_address_is_told_what_becomes_of_it_after_each_command() {
+        let r = reservations::Reservation {
+            cidr: "10.80.3.0/30".into(),
+            note: String::new(),
+            since: 0,
+            held: vec!["10.80.3.1".into()],
+        };
+        let reserved = text("pods", Change::Reserved, &r);
+        assert!(
+            reserved.starts_with("network pods: reserved 10.80.3.0/30\n")
+                && reserved.contains(
+                    "10.80.3.1 is in use: it stays out of use once its holder is deleted"
+                ),
+            "{reserved}"
+        );
+        let unreserved = text("pods", Change::Unreserved, &r);
+        assert!(
+            unreserved.contains(
+                "10.80.3.1 is in use: its holder keeps it; once deleted, it is handed out again"
+            ) && !unreserved.contains("out of use"),
+            "{unreserved}"
+        );
+    }
 
     #[test]
     fn an_address_is_its_host_prefix_and_host_bits_are_refused() {

@@ -20,8 +20,9 @@
 
 mod report;
 
-use crate::config::{HostIpamConfig, NetConf};
+use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
+use crate::health::{self, Condition, StoreSeen};
 use crate::lock::{self, deadline::Deadline};
 use crate::logging;
 use crate::module::bindings::types;
@@ -68,6 +69,11 @@ pub const UNTIL_GRANTED: types::WallInstant = types::WallInstant {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Writes {
     ReadOnly,
+    /// Read-only, and what it reads is left out of the attempt's commit (neither
+    /// compared nor counted against the store's transaction): for an answer the
+    /// writing ask reads again where it acts (gc's list of allocations: the module's
+    /// GC reads each one it releases).
+    Unchecked,
     Commit,
 }
 
@@ -79,13 +85,21 @@ pub struct Ran<T> {
     /// The engine and the module it loaded: freed with the `Ran`, unless the caller
     /// exits next ([`Ran::leave_loaded_to_exit`]).
     loaded: Option<Loaded>,
+    /// It committed, and its commit filled the store's transaction to within
+    /// [`FULL_MARGIN`] keys: a module that bounds its work by `commit-room` may have
+    /// left some for another run (gc and release-node run again while this holds).
+    pub full: bool,
 }
+
+/// How close to the store's transaction limit a commit must come to be
+/// [`Ran::full`]: more than any one unit of a module's bounded work needs.
+pub const FULL_MARGIN: u64 = 8;
 
 impl<T> Ran<T> {
     /// For a caller whose process exits once it has answered (a CNI call): the loaded
-    /// module is left to the exit instead of being freed. Freeing it (its type tables,
-    /// the engine's registrations of its types, its code mapping) was about 190,000
-    /// of a warm ADD's 3.9 million instructions, and the exit frees it all at once.
+    /// module is left to the exit instead of being freed: freeing it (its type tables,
+    /// the engine's registrations of its types, its code mapping) would be work on
+    /// every call's path; the exit frees it all at once.
     pub fn leave_loaded_to_exit(&mut self) {
         std::mem::forget(self.loaded.take());
     }
@@ -105,13 +119,32 @@ pub fn run<T>(
 ) -> Ran<T> {
     if let Some(path) = &network.ipam.log_file {
         // A log that cannot be opened costs one line on stderr, never the answer.
-        logging::init(path, network.ipam.limits.log_rotation);
+        logging::init(
+            path,
+            network.ipam.limits.log_rotation,
+            network.ipam.log_level,
+        );
     }
     let started = Instant::now();
     let mut report = Report::default();
     let (result, loaded) = locked(network, caller_gone, &steps, &mut report);
     report::log(label, network, started, &report, result.as_ref().err());
+    let now = report.timings.as_ref().map_or(0, |t| {
+        t.granted
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs()
+    });
+    if let Err(e) = health::record(
+        &network.ipam.data_dir,
+        &network.name,
+        &report.guest.learned,
+        now,
+    ) {
+        tracing::warn!(target: "status", "cannot record what this call learned for STATUS: {e}");
+    }
     Ran {
+        full: result.is_ok() && report.guest.full,
         result,
         sha256: loaded.as_ref().map(|l| l.module.sha256.clone()),
         loaded,
@@ -181,6 +214,14 @@ struct Loaded {
     module: LoadedModule,
 }
 
+/// Whether the network's module can be run: read, verified against its pin and
+/// trust policy, and compiled (or found in the cache), as a call does before the
+/// lock; nothing is instantiated. For CNI STATUS.
+pub fn check_module(ipam: &HostIpamConfig) -> Result<(), CniError> {
+    // Left to the exit, as a call's is (see `Ran::leave_loaded_to_exit`).
+    load(ipam).map(std::mem::forget)
+}
+
 /// Before the lock: read, verify and compile (or fetch from the cache) the module.
 fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
     let host = ModuleHost::new()?;
@@ -209,15 +250,25 @@ fn attempts<T>(
     report: &mut GuestReport,
 ) -> Result<(T, Written), CniError> {
     let ipam = &network.ipam;
-    let mut store = store::open_with(
+    let opened = store::open_with(
         &ipam.store,
         &ipam.data_dir,
         &ipam.node_name(),
         deadline.remaining(),
-    )?;
+    );
+    let mut store = match opened {
+        Ok(store) => store,
+        Err(e) => {
+            if matches!(ipam.store, StoreConfig::Etcd(_)) {
+                report.learned.store = StoreSeen::Unreached(Condition::of(&e));
+            }
+            return Err(e);
+        }
+    };
     report.store_open = deadline.elapsed();
     test_panic("under-lock");
     let result = loop {
+        report.learned.degraded = None;
         let mut session = Session {
             loaded,
             network,
@@ -244,6 +295,7 @@ fn attempts<T>(
         break result;
     };
     report.etcd = store.etcd_figures();
+    report.learned.store = store.seen();
     result
 }
 
@@ -301,9 +353,11 @@ impl Session<'_> {
             self.deadline,
             limits.host_memory,
         );
-        if writes == Writes::ReadOnly {
-            guest_store = guest_store.read_only();
-        }
+        guest_store = match writes {
+            Writes::ReadOnly => guest_store.read_only(),
+            Writes::Unchecked => guest_store.unchecked(),
+            Writes::Commit => guest_store,
+        };
         let state = GuestState::new(
             guest_store,
             self.deadline,
@@ -315,6 +369,11 @@ impl Session<'_> {
         outcome.state.log_output();
         self.report.log_dropped += outcome.state.log.dropped();
         self.log.extend(outcome.state.log.take_lines());
+        if let Some(degraded) = outcome.state.readiness.take()
+            && writes == Writes::Commit
+        {
+            self.report.learned.degraded = Some(degraded);
+        }
         let (store, changes) = outcome.state.store.into_parts();
         self.store = Some(store);
         let answer = outcome.result?;
@@ -351,6 +410,7 @@ impl Session<'_> {
     /// Writes the staged changes as one commit, with the record of the module serving
     /// the network, within the network's quota and before the deadline.
     fn commit(&mut self) -> Result<Written, CniError> {
+        self.report.full = false;
         if let Some(written) = self.forgotten.take() {
             return Ok(written);
         }
@@ -376,6 +436,9 @@ impl Session<'_> {
             entries: ipam.limits.store_entries,
             bytes: ipam.limits.store_bytes,
         };
+        self.report.full = store
+            .commit_room(&self.network.name, &changes)
+            .is_some_and(|room| room < FULL_MARGIN);
         let deadline = self.deadline;
         let written =
             store.commit_written(&self.network.name, &changes, quota, &|| deadline.expired());

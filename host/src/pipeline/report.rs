@@ -67,6 +67,10 @@ pub(super) struct GuestReport {
     pub retries: u32,
     /// What the run did with etcd, when the network's store is etcd.
     pub etcd: Option<store::etcd::Figures>,
+    /// Its commit filled the store's transaction ([`super::Ran::full`]).
+    pub full: bool,
+    /// What the run learned for CNI STATUS ([`crate::health`]).
+    pub learned: crate::health::Learned,
 }
 
 pub(super) fn log(
@@ -109,6 +113,7 @@ pub(super) fn log(
         abandoned_at = report.abandoned.unwrap_or_default(),
         guest_log_dropped = guest.log_dropped,
         store_retries = guest.retries,
+        commit_full = guest.full,
         etcd_requests = etcd.requests,
         etcd_conflicts = etcd.conflicts,
         etcd_ms = ms(etcd.etcd_time),

@@ -17,9 +17,12 @@
 //!
 //! Every etcd request, and every wait for the node's rate limiter before one, is
 //! bounded by the call's remaining budget; running out is code 11 (try again later)
-//! naming what was waited for. The client runs on a runtime thread of its own because
-//! the store is called from inside the engine's runtime, which must not block on
-//! another.
+//! naming what was waited for. An etcd that does not answer costs a call at most
+//! `ipam.store.timeoutSeconds` per request, not its deadline: a request that no member
+//! answers within it fails the call with code 11, so the host-wide lock is freed for
+//! the node's other networks (see [`EtcdStore::request`]). The client runs on a
+//! runtime thread of its own because the store is called from inside the engine's
+//! runtime, which must not block on another.
 //!
 //! Keys: `<prefix>n/<network>/e/<key>` (entries), `<prefix>n/<network>/u/<node>`
 //! (each node's net change to the network's size, summed for the quota),
@@ -32,11 +35,12 @@ use super::{
 };
 use crate::config::EtcdConfig;
 use crate::error::{CniError, code};
+use crate::health::{Condition, StoreSeen};
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KeyValue,
-    KvClient, TlsOptions, Txn, TxnOp,
+    KvClient, TlsOptions, Txn, TxnOp, TxnOpResponse,
 };
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -49,6 +53,11 @@ mod rate;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause before trying every member again once each has failed.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
+/// In a cluster of several members, one try of a request may take this share of
+/// `timeoutSeconds` before the next member is tried: a frozen or partitioned member
+/// accepts the connection and never answers, and a third leaves room to pass over it
+/// and still try two others (a three-member cluster's other two) within the bound.
+const TRIES_PER_TIMEOUT: u32 = 3;
 
 pub use rate::RateLimiter;
 
@@ -71,12 +80,19 @@ pub struct EtcdStore {
     /// One client per endpoint: a request that cannot reach one member is sent to
     /// the next, so a cluster with a member down keeps serving.
     clients: Vec<KvClient>,
-    /// The endpoint tried first: spread over the members by node name.
-    first: usize,
+    /// The endpoint tried first: at first spread over the members by node name, then
+    /// the last member that answered, so a member passed over once in a call is not
+    /// tried again by its later requests and its commit.
+    preferred: Cell<usize>,
     prefix: String,
     node: String,
     max_txn_ops: usize,
+    /// The call's deadline.
     until: Instant,
+    /// `timeoutSeconds`: the longest one request may go unanswered by every member.
+    timeout: Duration,
+    /// The longest one try of a request may wait for its member's answer.
+    try_timeout: Duration,
     endpoints: String,
     /// The store is read through `&self` ([`Store::get`]); what reads record lives here.
     state: RefCell<State>,
@@ -94,11 +110,14 @@ struct State {
     conflicted: bool,
     figures: Figures,
     served_by: Option<(String, ServedBy)>,
+    /// Whether the last request was answered, for CNI STATUS ([`crate::health`]).
+    seen: StoreSeen,
 }
 
 impl EtcdStore {
     /// Connects to `config`'s endpoints as node `node`, with `wait` as the budget of
-    /// everything this store does; `data_dir` keeps the node's rate-limiter state.
+    /// everything this store does (each request is bounded by `config.timeout` too);
+    /// `data_dir` keeps the node's rate-limiter state.
     pub fn open(
         config: &EtcdConfig,
         node: &str,
@@ -114,23 +133,25 @@ impl EtcdStore {
                 CniError::new(code::IO_FAILURE, "etcd: cannot start the client's runtime")
                     .with_details(e)
             })?;
+        let timeout = config.timeout.min(wait);
+        let try_timeout = match config.endpoints.len() {
+            1 => timeout,
+            _ => timeout / TRIES_PER_TIMEOUT,
+        };
         // A member that does not answer a connect within this is skipped for the
         // next: one blackholed member must not eat the call's whole budget.
-        let connect_timeout = wait.min(CONNECT_TIMEOUT);
+        let connect_timeout = try_timeout.min(CONNECT_TIMEOUT);
         let mut options = ConnectOptions::new()
             .with_connect_timeout(connect_timeout)
-            .with_timeout(wait);
+            .with_timeout(try_timeout);
         if let Some(tls) = &config.tls {
-            let read = |path: &Path| {
-                std::fs::read(path).map_err(|e| {
-                    CniError::config(format!("ipam.store.tls: cannot read {}", path.display()))
-                        .with_details(e)
-                })
-            };
             let mut options_tls =
-                TlsOptions::new().ca_certificate(Certificate::from_pem(read(&tls.ca)?));
+                TlsOptions::new().ca_certificate(Certificate::from_pem(read_tls_file(&tls.ca)?));
             if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
-                options_tls = options_tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+                options_tls = options_tls.identity(Identity::from_pem(
+                    read_tls_file(cert)?,
+                    read_tls_file(key)?,
+                ));
             }
             options = options.with_tls(options_tls);
         }
@@ -138,7 +159,8 @@ impl EtcdStore {
         for endpoint in &config.endpoints {
             // Connecting is lazy: nothing is sent until the first request.
             let connect = runtime.block_on(async {
-                tokio::time::timeout(wait, Client::connect([endpoint], Some(options.clone()))).await
+                tokio::time::timeout(timeout, Client::connect([endpoint], Some(options.clone())))
+                    .await
             });
             match connect {
                 Ok(Ok(client)) => clients.push(client.kv_client()),
@@ -152,12 +174,14 @@ impl EtcdStore {
         }) % clients.len();
         Ok(EtcdStore {
             clients,
-            first,
+            preferred: Cell::new(first),
             runtime: Some(runtime),
             prefix: config.prefix.clone(),
             node: node.to_string(),
             max_txn_ops: config.max_txn_ops,
             until,
+            timeout,
+            try_timeout,
             endpoints: config.endpoints.join(","),
             state: RefCell::new(State {
                 limiter: Some(limiter),
@@ -188,45 +212,106 @@ impl EtcdStore {
     }
 
     /// Sends one request made by `make` for a member's client: first the rate
-    /// limiter's token, then the request, both within the budget left. A member that
-    /// cannot be reached is passed over for the next; a read is also sent again
-    /// after any other unavailability, a commit only when it surely never left
-    /// (sending it twice could apply it twice).
-    fn request<T, F, Fut>(&self, what: &str, read_only: bool, make: F) -> Result<T, CniError>
+    /// limiter's token, then the request, both within the budget left. A request no
+    /// member answers within `timeoutSeconds` fails with code 11: one try waits at
+    /// most `try_timeout` for its member, then the next member is tried, every member
+    /// in turn (pausing between rounds) until one answers or the bound is reached.
+    /// `resend` says which failed tries may be sent again.
+    fn request<T, F, Fut>(
+        &self,
+        what: &str,
+        resend: Resend,
+        make: F,
+    ) -> Result<Answered<T>, CniError>
+    where
+        T: Send + 'static,
+        F: Fn(KvClient) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    {
+        let answered = self.request_members(what, resend, make);
+        self.state.borrow_mut().seen = match &answered {
+            Ok(_) => StoreSeen::Reached,
+            Err(e) => StoreSeen::Unreached(Condition::of(e)),
+        };
+        answered
+    }
+
+    /// [`Self::request`], sent to each member in turn.
+    fn request_members<T, F, Fut>(
+        &self,
+        what: &str,
+        resend: Resend,
+        make: F,
+    ) -> Result<Answered<T>, CniError>
     where
         T: Send + 'static,
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
     {
         let members = self.clients.len();
+        let bound = Instant::now() + self.timeout;
+        let until = bound.min(self.until);
+        let mut member = self.preferred.get();
         let mut tries = 0usize;
+        // Whether a try of this request may have reached etcd without its answer
+        // reaching us.
+        let mut maybe_left = false;
         loop {
-            let member = (self.first + tries) % members;
-            match self.send(what, make(self.clients[member].clone())) {
-                Err(Failure::Etcd(e)) if retryable(&e, read_only) => {
-                    tries += 1;
-                    if tries.is_multiple_of(members) {
-                        std::thread::sleep(ROUND_PAUSE.min(self.left()));
-                    }
-                    if self.left().is_zero() {
-                        return Err(etcd_error(what, &self.endpoints, e));
-                    }
+            let failure = match self.send(what, until, make(self.clients[member].clone())) {
+                Ok(value) => {
+                    self.preferred.set(member);
+                    return Ok(Answered { value, maybe_left });
                 }
-                Err(Failure::Etcd(e)) => return Err(etcd_error(what, &self.endpoints, e)),
                 Err(Failure::Budget(e)) => return Err(e),
-                Ok(value) => return Ok(value),
+                Err(failure) => failure,
+            };
+            let again = match resend {
+                Resend::Always | Resend::AtMostOnce => failure.transient(),
+                Resend::IfNeverLeft => failure.never_left(),
+            };
+            maybe_left |= !failure.never_left();
+            let unknown = resend != Resend::Always && maybe_left;
+            if !again {
+                return Err(failure.into_error(what, &self.endpoints, unknown));
+            }
+            tries += 1;
+            member = (member + 1) % members;
+            if tries.is_multiple_of(members) {
+                std::thread::sleep(
+                    ROUND_PAUSE.min(until.saturating_duration_since(Instant::now())),
+                );
+            }
+            if Instant::now() >= until {
+                let budget = until == self.until && self.until < bound;
+                return Err(self.gave_up(what, budget, unknown, &failure));
             }
         }
     }
 
-    fn left(&self) -> Duration {
-        self.until.saturating_duration_since(Instant::now())
+    /// The error of a request given up on once its time ran out: the call's deadline
+    /// (`budget`) or `timeoutSeconds`; `unknown` when a try of a write may have
+    /// reached etcd.
+    fn gave_up(&self, what: &str, budget: bool, unknown: bool, last: &Failure) -> CniError {
+        let endpoints = &self.endpoints;
+        let waited = match budget {
+            true => format!("the call's budget ran out waiting for {what} (endpoints {endpoints})"),
+            false => format!(
+                "no member answered {what} within ipam.store.timeoutSeconds ({} s) (endpoints {endpoints})",
+                self.timeout.as_secs_f64()
+            ),
+        };
+        CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!("etcd: {waited}; {}", outcome(unknown)),
+        )
+        .with_details(last.to_string())
     }
 
-    /// One try of one request.
+    /// One try of one request, answered before `until` and within `try_timeout`.
     fn send<T: Send + 'static>(
         &self,
         what: &str,
+        until: Instant,
         fut: impl Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
     ) -> Result<T, Failure> {
         let waited = {
@@ -234,9 +319,11 @@ impl EtcdStore {
             let limiter = state.limiter.as_mut().expect("set at open");
             limiter.take(self.until, what).map_err(Failure::Budget)?
         };
-        let left = self.left();
+        let left = self
+            .try_timeout
+            .min(until.saturating_duration_since(Instant::now()));
         if left.is_zero() {
-            return Err(Failure::Budget(out_of_budget(what, &self.endpoints)));
+            return Err(Failure::NoAnswer(left));
         }
         let started = Instant::now();
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -254,7 +341,7 @@ impl EtcdStore {
         match answer {
             Ok(Ok(Ok(value))) => Ok(value),
             Ok(Ok(Err(e))) => Err(Failure::Etcd(e)),
-            Ok(Err(_)) | Err(_) => Err(Failure::Budget(out_of_budget(what, &self.endpoints))),
+            Ok(Err(_)) | Err(_) => Err(Failure::NoAnswer(left)),
         }
     }
 
@@ -270,10 +357,12 @@ impl EtcdStore {
         if let Some(revision) = snapshot {
             options = options.with_revision(revision);
         }
-        let answer = self.request(what, true, |mut kv| {
-            let (key, options) = (key.clone(), options.clone());
-            async move { kv.get(key, Some(options)).await }
-        });
+        let answer = self
+            .request(what, Resend::Always, |mut kv| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { kv.get(key, Some(options)).await }
+            })
+            .map(|answered| answered.value);
         let mut response = match answer {
             Ok(response) => response,
             Err(e) if e.details.contains("required revision has been compacted") => {
@@ -321,6 +410,49 @@ impl EtcdStore {
                 break;
             }
         }
+    }
+
+    /// Sends a commit `txn` whose compares include that this node's usage row
+    /// `own_key` still has `own_revision` and whose writes include `own_row` there;
+    /// whether it applied (false: a compare failed).
+    ///
+    /// At most once, so it may be sent again after any failure, to any member. The
+    /// txn's compare on the node's own row fails once the txn has applied, since the
+    /// txn itself rewrites that row: however many of its sends reach etcd, at most
+    /// one applies. A send whose answer was lost (a member frozen, killed or cut off
+    /// mid-request, a leader change) is sent again within `timeoutSeconds`; when the
+    /// resend finds a compare failed, the txn's else-branch reads the row, and the
+    /// row changed since the snapshot to exactly `own_row` means an earlier send
+    /// applied. Nothing else writes that row meanwhile: only this node's commits do,
+    /// one at a time under the node's lock; a commit of an earlier call of this node
+    /// applied late (its answer lost too) could only look the same had it been sent
+    /// within the same second (`own_row` carries it) and changed the row by exactly
+    /// as much.
+    fn commit_txn(
+        &self,
+        txn: Txn,
+        own_key: Vec<u8>,
+        own_revision: i64,
+        own_row: &[u8],
+    ) -> Result<bool, CniError> {
+        let txn = txn.or_else(vec![TxnOp::get(own_key, None)]);
+        let answered = self.request("commit", Resend::AtMostOnce, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        let response = answered.value;
+        if response.succeeded() {
+            return Ok(true);
+        }
+        let applied_before = answered.maybe_left
+            && response.op_responses().into_iter().any(|op| match op {
+                TxnOpResponse::Get(get) => get
+                    .kvs()
+                    .first()
+                    .is_some_and(|kv| kv.mod_revision() != own_revision && kv.value() == own_row),
+                _ => false,
+            });
+        Ok(applied_before)
     }
 
     /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
@@ -398,6 +530,14 @@ fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// One of `ipam.store.tls`'s PEM files, read as a call reads it (CNI STATUS checks
+/// them the same way, without connecting).
+pub fn read_tls_file(path: &Path) -> Result<Vec<u8>, CniError> {
+    std::fs::read(path).map_err(|e| {
+        CniError::config(format!("ipam.store.tls: cannot read {}", path.display())).with_details(e)
+    })
+}
+
 /// A network name as it appears in a key: `%` and `/` escaped, so no name reaches
 /// into another network's keys.
 fn escape(network: &str) -> String {
@@ -424,45 +564,110 @@ fn out_of_budget(what: &str, endpoints: &str) -> CniError {
     )
 }
 
+/// How a request may be sent again after a try of it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// A read: after any unavailability, to the next member.
+    Always,
+    /// A write that could apply twice: only when it surely never left.
+    IfNeverLeft,
+    /// A commit: after any unavailability, because it applies at most once (see
+    /// [`EtcdStore::commit_txn`]).
+    AtMostOnce,
+}
+
+/// A request's answer, and whether an earlier try of it may have reached etcd.
+struct Answered<T> {
+    value: T,
+    maybe_left: bool,
+}
+
 /// Why one try of a request failed.
 enum Failure {
     Etcd(etcd_client::Error),
+    /// The member gave no answer within the try's time.
+    NoAnswer(Duration),
     Budget(CniError),
 }
 
-/// Whether a failed try may be sent again, to the next member: a read after any
-/// unavailability; a commit only when it could not connect, so it never left.
-fn retryable(e: &etcd_client::Error, read_only: bool) -> bool {
-    use etcd_client::Error as E;
-    match e {
-        E::TransportError(_) | E::IoError(_) => true,
-        E::GRpcStatus(status) => {
-            let never_sent =
-                status.code() == tonic::Code::Unavailable && status.message().contains("connect");
-            never_sent || (read_only && status.code() == tonic::Code::Unavailable)
+impl Failure {
+    /// Whether another try may get an answer: etcd unreachable, silent, or without
+    /// a leader for now (`Unavailable` covers "no leader", "leader changed" and
+    /// "request timed out").
+    fn transient(&self) -> bool {
+        use etcd_client::Error as E;
+        match self {
+            Failure::Etcd(E::TransportError(_) | E::IoError(_)) | Failure::NoAnswer(_) => true,
+            // tonic answers a try that ran past its own timeout (a frozen member)
+            // as Cancelled, "Timeout expired".
+            Failure::Etcd(E::GRpcStatus(status)) => matches!(
+                status.code(),
+                tonic::Code::Unavailable
+                    | tonic::Code::DeadlineExceeded
+                    | tonic::Code::Aborted
+                    | tonic::Code::Cancelled
+            ),
+            Failure::Etcd(_) | Failure::Budget(_) => false,
         }
-        _ => false,
+    }
+
+    /// Whether the request surely never reached etcd: the connection could not be
+    /// made.
+    fn never_left(&self) -> bool {
+        use etcd_client::Error as E;
+        match self {
+            Failure::Etcd(E::TransportError(_) | E::IoError(_)) => true,
+            Failure::Etcd(E::GRpcStatus(status)) => {
+                status.code() == tonic::Code::Unavailable && status.message().contains("connect")
+            }
+            _ => false,
+        }
+    }
+
+    /// The call's error for a failure not tried again: code 11 when transient, else
+    /// a store failure; `unknown` when a try of a write may have reached etcd.
+    fn into_error(self, what: &str, endpoints: &str, unknown: bool) -> CniError {
+        let code = match self.transient() {
+            true => code::TRY_AGAIN_LATER,
+            false => code::STORE_FAILURE,
+        };
+        match self {
+            Failure::Budget(e) => e,
+            failure => CniError::new(
+                code,
+                format!(
+                    "etcd: {what} failed (endpoints {endpoints}); {}",
+                    outcome(unknown)
+                ),
+            )
+            .with_details(failure.to_string()),
+        }
     }
 }
 
-/// etcd unreachable or unavailable is worth trying again; anything else is a store
-/// failure.
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Etcd(e) => write!(f, "{e}"),
+            Failure::NoAnswer(waited) => {
+                write!(f, "no answer within {:.1} s", waited.as_secs_f64())
+            }
+            Failure::Budget(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// What a failed call left in etcd.
+fn outcome(unknown: bool) -> &'static str {
+    match unknown {
+        true => "the commit's outcome is unknown: etcd may have applied it",
+        false => "nothing was committed",
+    }
+}
+
+/// etcd refused to connect or answered with an error.
 fn etcd_error(what: &str, endpoints: &str, e: etcd_client::Error) -> CniError {
-    use etcd_client::Error as E;
-    let transient = match &e {
-        E::TransportError(_) | E::IoError(_) => true,
-        E::GRpcStatus(status) => matches!(
-            status.code(),
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Aborted
-        ),
-        _ => false,
-    };
-    let code = if transient {
-        code::TRY_AGAIN_LATER
-    } else {
-        code::STORE_FAILURE
-    };
-    CniError::new(code, format!("etcd: {what} failed (endpoints {endpoints})")).with_details(e)
+    Failure::Etcd(e).into_error(what, endpoints, false)
 }
 
 impl Store for EtcdStore {
@@ -484,6 +689,12 @@ impl Store for EtcdStore {
 
     /// At the call's snapshot, like every read, but not recorded: the commit does not
     /// compare what a peek saw.
+    fn peek(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        let kvs = self.read("peek", self.entry_key(network, key), false)?;
+        Ok(kvs.first().map(|kv| kv.value().to_vec()))
+    }
+
+    /// [`Store::peek`] for every key under `prefix`.
     fn peek_prefix(
         &self,
         network: &str,
@@ -493,6 +704,21 @@ impl Store for EtcdStore {
         let kvs = self.read("peek", self.entry_key(network, prefix), true)?;
         self.visit_entries(network, &kvs, visit);
         Ok(())
+    }
+
+    /// The commit's transaction holds a compare per key read (a changed key unread is
+    /// read at the commit), one per prefix listed and one on the node's usage row;
+    /// and a write per change, the usage row and the record of the serving module.
+    /// Counted as each distinct key once, each prefix once and two for the host's
+    /// own: never less than either count needs.
+    fn commit_room(&self, network: &str, staged: &Changes) -> Option<u64> {
+        let state = self.state.borrow();
+        let unread = staged
+            .keys()
+            .filter(|key| !state.reads.contains_key(&self.entry_key(network, key)))
+            .count();
+        let keys = state.reads.len() + unread + state.listed.len();
+        Some(self.max_txn_ops.saturating_sub(keys + 2) as u64)
     }
 
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
@@ -592,11 +818,8 @@ impl Store for EtcdStore {
             bytes: mine.bytes + delta.bytes,
             last: Some(unix_now()),
         };
-        ops.push(TxnOp::put(
-            own_key,
-            serde_json::to_vec(&mine).expect("serialisable"),
-            None,
-        ));
+        let own_row = serde_json::to_vec(&mine).expect("serialisable");
+        ops.push(TxnOp::put(own_key.clone(), own_row.clone(), None));
         if let Some((net, record)) = &state.served_by
             && net == network
         {
@@ -627,11 +850,7 @@ impl Store for EtcdStore {
             return Err(too_late(changes));
         }
         let txn = Txn::new().when(compares).and_then(ops);
-        let response = self.request("commit", false, |mut kv| {
-            let txn = txn.clone();
-            async move { kv.txn(txn).await }
-        })?;
-        if !response.succeeded() {
+        if !self.commit_txn(txn, own_key, own_revision, &own_row)? {
             let mut state = self.state.borrow_mut();
             state.conflicted = true;
             state.figures.conflicts += 1;
@@ -682,7 +901,7 @@ impl Store for EtcdStore {
             ),
             TxnOp::delete(self.served_by_key(network), None),
         ]);
-        self.request("forget", false, |mut kv| {
+        self.request("forget", Resend::IfNeverLeft, |mut kv| {
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })?;
@@ -714,6 +933,10 @@ impl Store for EtcdStore {
 
     fn etcd_figures(&self) -> Option<Figures> {
         Some(self.figures())
+    }
+
+    fn seen(&self) -> StoreSeen {
+        self.state.borrow().seen.clone()
     }
 }
 

@@ -152,6 +152,12 @@ pub trait Store: Send {
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError>;
 
+    /// [`Store::get`] whose answer the commit does not check ([`Store::peek_prefix`]'s
+    /// rule for one key).
+    fn peek(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
+        self.get(network, key)
+    }
+
     /// [`Store::visit_prefix`] for figures that only inform (`store.peek-prefix`): a
     /// store that checks a call's reads at its commit leaves these out, so another
     /// writer's change to them does not make the call run again.
@@ -162,6 +168,13 @@ pub trait Store: Send {
         visit: &mut dyn FnMut(&str, &[u8]) -> ControlFlow<()>,
     ) -> Result<(), CniError> {
         self.visit_prefix(network, prefix, visit)
+    }
+
+    /// How many more distinct keys a call that has staged `staged` may read or write
+    /// before its commit exceeds what this store takes in one transaction
+    /// (`store.commit-room`); `None` when the store has no such limit.
+    fn commit_room(&self, _network: &str, _staged: &Changes) -> Option<u64> {
+        None
     }
 
     /// Every entry of every network (or of `network` only), as (network, key, value).
@@ -250,6 +263,12 @@ pub trait Store: Send {
     /// What the call did with etcd, when the store is etcd.
     fn etcd_figures(&self) -> Option<etcd::Figures> {
         None
+    }
+
+    /// Whether a cluster store answered this call's last request, for CNI STATUS
+    /// ([`crate::health`]); `Unknown` for the embedded store.
+    fn seen(&self) -> crate::health::StoreSeen {
+        crate::health::StoreSeen::Unknown
     }
 
     /// Every entry of `network` whose key starts with `prefix`, in key order.

@@ -305,6 +305,47 @@ fn check_identity(conn: &Connection, path: &Path) -> Result<(), CniError> {
     Ok(())
 }
 
+/// Whether the store in `data_dir` (if there is one yet) still starts as a wasm-ipam
+/// store of a schema this build knows, read from its header alone: no lock, no
+/// connection, so CNI STATUS can ask while a call holds the store. A call finds
+/// damage deeper in (and says so); this finds the file replaced, truncated or
+/// overwritten.
+pub fn check_header(data_dir: &Path) -> Result<(), CniError> {
+    use std::io::Read;
+    let path = data_dir.join(DATABASE_FILE);
+    let mut header = [0u8; 100];
+    let read = match File::open(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(store_error(&format!("cannot read {}", path.display()), e)),
+        Ok(mut file) => file.read(&mut header),
+    };
+    let read = read.map_err(|e| store_error(&format!("cannot read {}", path.display()), e))?;
+    let field = |at: usize| i32::from_be_bytes(header[at..at + 4].try_into().expect("4 bytes"));
+    if read < header.len() || !header.starts_with(b"SQLite format 3\0") {
+        return Err(damaged(&path, "it does not start with an SQLite header"));
+    }
+    // The header's application ID (offset 68) and user version (offset 60).
+    if field(68) != APPLICATION_ID {
+        return Err(damaged(
+            &path,
+            format!(
+                "application_id is {:#x}, not wasm-ipam's {APPLICATION_ID:#x}",
+                field(68)
+            ),
+        ));
+    }
+    if field(60) > SCHEMA_VERSION {
+        return Err(damaged(
+            &path,
+            format!(
+                "schema version {} is newer than this wasm-ipam's ({SCHEMA_VERSION})",
+                field(60)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn damaged(path: &Path, e: impl std::fmt::Display) -> CniError {
     CniError::new(
         code::STORE_FAILURE,

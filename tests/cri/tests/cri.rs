@@ -84,6 +84,20 @@ fn pods_get_the_addresses_wasm_ipam_lists_and_leave_none_behind() {
         });
     let ip = cri.pod_ip(&first).unwrap();
     assert!(ip.starts_with("10.201.9."), "{ip}");
+
+    // A pod whose sandbox annotations ask for a fixed address gets it: containerd
+    // passes them through the conflist's pod-annotations capability.
+    let mut fixed = containerd.pod_config("fixed");
+    fixed.annotations.insert(
+        "wasm-ipam.io/ip-addrs".to_string(),
+        r#"["10.201.9.200"]"#.to_string(),
+    );
+    let fixed = cri
+        .run_pod_sandbox(fixed, REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| panic!("RunPodSandbox fixed: {e}\n{}", containerd.log_tail()));
+    assert_eq!(cri.pod_ip(&fixed).unwrap(), "10.201.9.200");
+    cri.stop_pod_sandbox(&fixed).unwrap();
+    cri.remove_pod_sandbox(&fixed).unwrap();
     let listed = containerd.ipam.list(wasm_ipam_bin());
     assert_eq!(
         listed,

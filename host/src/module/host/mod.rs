@@ -3,10 +3,12 @@
 
 mod deadline;
 mod log;
+mod readiness;
 mod store;
 mod v0_1;
 
 pub use log::{GuestLine, GuestLog};
+pub use readiness::GuestReadiness;
 pub use store::GuestStore;
 
 use crate::limits::{Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES, TABLE_ELEMENT_BYTES};
@@ -54,6 +56,7 @@ pub struct GuestState {
     pub store: GuestStore,
     pub deadline: Deadline,
     pub log: GuestLog,
+    pub readiness: GuestReadiness,
     stdout: MemoryOutputPipe,
     stderr: MemoryOutputPipe,
 }
@@ -83,6 +86,7 @@ impl GuestState {
             store,
             deadline,
             log,
+            readiness: GuestReadiness::default(),
             stdout,
             stderr,
         }

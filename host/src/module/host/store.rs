@@ -27,6 +27,9 @@ pub struct GuestStore {
     deadline: Deadline,
     /// Set for `inspect`: every write is refused.
     read_only: bool,
+    /// Set for a read-only ask whose answer the writing ask checks again: every read
+    /// is a peek, so the commit neither compares nor counts it.
+    unchecked: bool,
 }
 
 fn staged_cost(key: &str, value: Option<&Vec<u8>>) -> usize {
@@ -48,12 +51,20 @@ impl GuestStore {
             host_memory,
             deadline,
             read_only: false,
+            unchecked: false,
         }
     }
 
     /// A store that refuses every write (`read-only`), for calls that may only read.
     pub fn read_only(mut self) -> Self {
         self.read_only = true;
+        self
+    }
+
+    /// A read-only store whose reads the commit does not check ([`Store::peek`]).
+    pub fn unchecked(mut self) -> Self {
+        self.read_only = true;
+        self.unchecked = true;
         self
     }
 
@@ -112,7 +123,10 @@ impl Host for GuestStore {
         if let Some(staged) = self.staged.get(&key) {
             return Ok(staged.clone());
         }
-        Ok(self.store.get(&self.network, &key)?)
+        Ok(match self.unchecked {
+            false => self.store.get(&self.network, &key)?,
+            true => self.store.peek(&self.network, &key)?,
+        })
     }
 
     fn put(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<Result<(), StoreError>> {
@@ -133,6 +147,19 @@ impl Host for GuestStore {
     /// `list-prefix` whose reads the commit does not check (see the WIT).
     fn peek_prefix(&mut self, prefix: String) -> wasmtime::Result<Vec<(String, Vec<u8>)>> {
         self.listed(prefix, true)
+    }
+
+    /// What the store's transaction still takes beside this call's reads and staged
+    /// writes; a read-only call commits nothing, so it has no limit to keep to.
+    fn commit_room(&mut self) -> wasmtime::Result<Option<u32>> {
+        self.check_deadline()?;
+        if self.read_only {
+            return Ok(None);
+        }
+        Ok(self
+            .store
+            .commit_room(&self.network, &self.staged)
+            .map(|room| u32::try_from(room).unwrap_or(u32::MAX)))
     }
 }
 
@@ -177,7 +204,7 @@ impl GuestStore {
                 }
             }
         };
-        match peek {
+        match peek || self.unchecked {
             false => self
                 .store
                 .visit_prefix(&self.network, &prefix, &mut visit)?,

@@ -125,13 +125,18 @@ impl Containerd {
             "wasm-ipam precompile: {}",
             String::from_utf8_lossy(&precompile.stderr)
         );
+        // The shape `wasm-ipam install` writes: the versions every libcni reads
+        // (containerd 1.6's reads cniVersion only) and bridge declaring the
+        // pod-annotations capability, so containerd passes the pod's annotations on.
         let conflist = json!({
             "cniVersion": "1.0.0",
+            "cniVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"],
             "name": "wasm-ipam-cri",
             "plugins": [{
                 "type": "bridge",
                 "bridge": bridge,
                 "isGateway": true,
+                "capabilities": {"io.kubernetes.cri.pod-annotations": true},
                 "ipam": {
                     "type": "wasm-ipam",
                     "module": module,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use wasm_ipam_guest::store::{HostStore, Store};
 use wasm_ipam_guest::{
     Allocation, Attachment, Context, Dns, Error, IpConfig, IpamModule, IpamResult, Request, Route,
-    deadline, export_module, log,
+    deadline, export_module, log, readiness,
 };
 
 #[derive(Deserialize, Default)]
@@ -74,6 +74,10 @@ struct Probe {
     /// How the handler ends: "ok" (default), "error", "trap", "loop", "exit",
     /// "host-call-loop".
     then: Option<String>,
+    /// Report these conditions degraded (`readiness`), each `code:message`; with
+    /// `degradedCopies`, the list repeated that many times (a flood).
+    degraded: Option<Vec<String>>,
+    degraded_copies: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -132,6 +136,18 @@ fn run(request: &Request, store: &mut impl Store) -> Result<(Probe, Option<u64>)
     for pair in &probe.write {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         store.put(key, value.as_bytes())?;
+    }
+    if let Some(degraded) = &probe.degraded {
+        let conditions: Vec<Error> = degraded
+            .iter()
+            .map(|c| {
+                let (code, msg) = c.split_once(':').unwrap_or(("140", c));
+                Error::new(code.parse().unwrap_or(140), msg)
+            })
+            .collect();
+        let copies = probe.degraded_copies.unwrap_or(1);
+        let flood: Vec<Error> = (0..copies).flat_map(|_| conditions.clone()).collect();
+        readiness::degraded(&flood);
     }
     let mut seen = None;
     if let Some(key) = &probe.counter {
@@ -272,9 +288,6 @@ impl IpamModule for ProbeModule {
     }
     fn gc(request: &Request, _valid: &[Attachment], store: &mut impl Store) -> Result<(), Error> {
         run(request, store).map(drop)
-    }
-    fn status(request: &Request, _: &impl Store) -> Result<(), Error> {
-        run(request, &mut HostStore).map(drop)
     }
     fn allocations(context: &Context, store: &impl Store) -> Result<Vec<Allocation>, Error> {
         let probe = context.ipam::<Ipam>()?.map(|i| i.probe).unwrap_or_default();

@@ -1,11 +1,11 @@
-"""The component's exports (`cni:ipam@0.2.3`, wit/ipam.wit): each interface is a class
+"""The component's exports (`cni:ipam@0.2.5`, wit/ipam.wit): each interface is a class
 named after it, one method per function, over the pure logic of `ipam.py`. A method
 returns its value, or raises `Err` with a CNI error. `del` is `del_`, since `del` is a
 Python keyword. The host's store is passed to `ipam` as its store."""
 
 from componentize_py_types import Err
 from wit_world import exports
-from wit_world.exports import capabilities, inspect, usage
+from wit_world.exports import capabilities, inspect, usage, wide_usage
 from wit_world.imports import store, types
 
 import ipam
@@ -103,6 +103,28 @@ class Usage(exports.Usage):
         ]
 
 
+class WideUsage(exports.WideUsage):
+    """`usage` with exact counts (`count` is `high` * 2**64 + `low`): Python's ints
+    are exact, so a pool of any size counts right."""
+
+    def pools(self, context: inspect.Context) -> list[wide_usage.PoolUsage]:
+        def count(n: int) -> wide_usage.Count:
+            return wide_usage.Count(high=n >> 64, low=n & (2**64 - 1))
+
+        return [
+            wide_usage.PoolUsage(
+                kind=p.kind, name=p.name, parent=p.parent, node=p.node,
+                capacity=None if p.capacity is None else count(p.capacity),
+                in_use=count(p.in_use), excluded=count(p.excluded),
+                cooling_down=count(p.cooling_down), reserved=count(p.reserved),
+                borrowed=count(p.borrowed),
+                free=None if p.free is None else count(p.free),
+                warn_percent=p.warn_percent,
+            )
+            for p in Usage().pools(context)
+        ]
+
+
 class Capabilities(exports.Capabilities):
     """What `wasm-ipam inspect` shows as implemented: keep it true when you change the
     classes above."""
@@ -113,7 +135,7 @@ class Capabilities(exports.Capabilities):
             "migrate.import-state", "nodes.release-node", "reservations.reserve",
             "reservations.unreserve", "reservations.all",
         }
-        derived = {"usage.pools"}  # Usage answers with Inspect's pools
+        derived = {"usage.pools", "wide-usage.pools"}  # both answer with Inspect's pools
         return [
             capabilities.Function(
                 name=name,
@@ -126,5 +148,6 @@ class Capabilities(exports.Capabilities):
                 "handler.status", "inspect.allocations", "inspect.pools",
                 "migrate.import-state", "nodes.release-node", "reservations.reserve",
                 "reservations.unreserve", "reservations.all", "usage.pools",
+                "wide-usage.pools",
             ]
         ]
