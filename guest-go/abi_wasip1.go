@@ -4,7 +4,7 @@ package ipam
 
 // The canonical ABI glue: how the values of types.go are read from (lifted) and
 // written to (lowered) linear memory, as the component model lays them out for
-// `cni:ipam@0.2.3`. Every offset below is one of contract.golden's, which
+// `cni:ipam@0.2.5`. Every offset below is one of contract.golden's, which
 // contract_test.go checks against these constants and the integration suite checks
 // against wit/ipam.wit; the round trip through the real host
 // (tests/integration/go_sdk.rs) checks the rest.

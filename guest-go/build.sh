@@ -9,8 +9,8 @@
 # 1. `go build` makes a WASI preview-1 reactor (-buildmode=c-shared) exporting the
 #    handler's functions and importing the host's, as the SDK's glue declares them;
 # 2. `wasm-tools component embed` attaches the world those are checked against: the
-#    contract's `deadline`, `store` and `log` imports and its `handler` export (the
-#    world `go-handler`, written here in the contract's own package, from
+#    contract's `deadline`, `store`, `log` and `readiness` imports and its `handler`
+#    export (the world `go-handler`, written here in the contract's own package, from
 #    wit/ipam.wit: WIT=... names another copy);
 # 3. `wasm-tools component new` makes the component, turning the Go runtime's WASI
 #    preview-1 imports into preview-2 ones with wasmtime's reactor adapter
@@ -34,6 +34,7 @@ world go-handler {
     import deadline;
     import store;
     import log;
+    import readiness;
     export handler;
 }
 WIT

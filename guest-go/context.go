@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 )
 
-// Context is what the defaults of CHECK, GC and STATUS ask a module's Allocations
-// and Pools with: the network and node of the call, its lock grant as "now", and the
-// network configuration.
+// Context is what the defaults of CHECK and GC ask a module's Allocations with: the
+// network and node of the call, its lock grant as "now", and the network
+// configuration.
 type Context struct {
 	NetworkName string
 	NodeName    string

@@ -20,8 +20,8 @@ import (
 )
 
 const (
-	handler  = "cni:ipam/handler@0.2.3"
-	storeAPI = "cni:ipam/store@0.2.3"
+	handler  = "cni:ipam/handler@0.2.5"
+	storeAPI = "cni:ipam/store@0.2.5"
 )
 
 // glueLayout is every figure of contract.golden, by its key, as the glue has it.
@@ -96,6 +96,9 @@ var glueLayout = map[string]int{
 	"size return " + storeAPI + " peek-prefix[]":     entrySize,
 	"offset return " + storeAPI + " peek-prefix[].0": entryKey,
 	"offset return " + storeAPI + " peek-prefix[].1": entryValue,
+	"size return " + storeAPI + " commit-room":       commitRoomReturnSize,
+	"align return " + storeAPI + " commit-room":      4,
+	"payload return " + storeAPI + " commit-room":    payload4,
 }
 
 func golden(t *testing.T) map[string]string {

@@ -7,7 +7,7 @@ package ipam
 // the registered module, and lowers its answer into pinned memory, which the
 // function's post-return unpins once the host has read it.
 
-//go:wasmexport cni:ipam/handler@0.2.3#add
+//go:wasmexport cni:ipam/handler@0.2.5#add
 func exportAdd(p uint32) uint32 {
 	req := liftRequest(p)
 	release(0)
@@ -16,7 +16,7 @@ func exportAdd(p uint32) uint32 {
 	return lowerAddReturn(result, err)
 }
 
-//go:wasmexport cni:ipam/handler@0.2.3#del
+//go:wasmexport cni:ipam/handler@0.2.5#del
 func exportDel(p uint32) uint32 {
 	req := liftRequest(p)
 	release(0)
@@ -24,7 +24,7 @@ func exportDel(p uint32) uint32 {
 	return lowerUnitReturn(exported().Del(&req, HostStore{}))
 }
 
-//go:wasmexport cni:ipam/handler@0.2.3#check
+//go:wasmexport cni:ipam/handler@0.2.5#check
 func exportCheck(p uint32) uint32 {
 	req := liftRequest(p)
 	release(0)
@@ -32,7 +32,7 @@ func exportCheck(p uint32) uint32 {
 	return lowerUnitReturn(Check(exported(), &req, HostStore{}))
 }
 
-//go:wasmexport cni:ipam/handler@0.2.3#gc
+//go:wasmexport cni:ipam/handler@0.2.5#gc
 func exportGC(p uint32) uint32 {
 	req := liftRequest(p)
 	valid := liftList(p+requestSize, attachmentSize, liftAttachment)
@@ -41,25 +41,27 @@ func exportGC(p uint32) uint32 {
 	return lowerUnitReturn(CollectGarbage(exported(), &req, valid, HostStore{}))
 }
 
-//go:wasmexport cni:ipam/handler@0.2.3#status
+// A host of 0.2.5 or later answers STATUS itself and never calls this; the export
+// stays in the world for hosts of earlier versions, which refuse a 0.2.5 module.
+//
+//go:wasmexport cni:ipam/handler@0.2.5#status
 func exportStatus(p uint32) uint32 {
-	req := liftRequest(p)
+	liftRequest(p)
 	release(0)
-	begin(&req)
-	return lowerUnitReturn(ReportStatus(exported(), &req, HostStore{}))
+	return lowerUnitReturn(nil)
 }
 
-//go:wasmexport cabi_post_cni:ipam/handler@0.2.3#add
+//go:wasmexport cabi_post_cni:ipam/handler@0.2.5#add
 func postAdd(uint32) { release(0) }
 
-//go:wasmexport cabi_post_cni:ipam/handler@0.2.3#del
+//go:wasmexport cabi_post_cni:ipam/handler@0.2.5#del
 func postDel(uint32) { release(0) }
 
-//go:wasmexport cabi_post_cni:ipam/handler@0.2.3#check
+//go:wasmexport cabi_post_cni:ipam/handler@0.2.5#check
 func postCheck(uint32) { release(0) }
 
-//go:wasmexport cabi_post_cni:ipam/handler@0.2.3#gc
+//go:wasmexport cabi_post_cni:ipam/handler@0.2.5#gc
 func postGC(uint32) { release(0) }
 
-//go:wasmexport cabi_post_cni:ipam/handler@0.2.3#status
+//go:wasmexport cabi_post_cni:ipam/handler@0.2.5#status
 func postStatus(uint32) { release(0) }

@@ -17,6 +17,7 @@ func (HostStore) Put(string, []byte) *Error    { panic(noHost) }
 func (HostStore) Delete(string) (bool, *Error) { panic(noHost) }
 func (HostStore) List(string) []Entry          { panic(noHost) }
 func (HostStore) Peek(string) []Entry          { panic(noHost) }
+func (HostStore) CommitRoom() (uint32, bool)   { panic(noHost) }
 func Budget() time.Duration                    { panic(noHost) }
 func Remaining() time.Duration                 { panic(noHost) }
 func Expired() bool                            { panic(noHost) }

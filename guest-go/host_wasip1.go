@@ -2,8 +2,8 @@
 
 package ipam
 
-// The functions the host provides (`import deadline; import store; import log;` of
-// the world), each a `go:wasmimport` of its core signature and a Go function that
+// The functions the host provides (`import deadline; import store; import log;
+// import readiness;` of the world), each a `go:wasmimport` of its core signature and a Go function that
 // lowers its arguments, calls it and lifts its answer. A function the contract adds
 // (0.2.4's `store.commit-room`, say) is one more import here, its return area's
 // layout in abi_wasip1.go and its line in contract.golden.
@@ -13,32 +13,38 @@ import (
 	"unsafe"
 )
 
-//go:wasmimport cni:ipam/deadline@0.2.3 budget
+//go:wasmimport cni:ipam/deadline@0.2.5 budget
 func deadlineBudget() uint64
 
-//go:wasmimport cni:ipam/deadline@0.2.3 remaining
+//go:wasmimport cni:ipam/deadline@0.2.5 remaining
 func deadlineRemaining() uint64
 
-//go:wasmimport cni:ipam/deadline@0.2.3 expired
+//go:wasmimport cni:ipam/deadline@0.2.5 expired
 func deadlineExpired() uint32
 
-//go:wasmimport cni:ipam/store@0.2.3 get
+//go:wasmimport cni:ipam/store@0.2.5 get
 func storeGet(key, keyLen, ret uint32)
 
-//go:wasmimport cni:ipam/store@0.2.3 put
+//go:wasmimport cni:ipam/store@0.2.5 put
 func storePut(key, keyLen, value, valueLen, ret uint32)
 
-//go:wasmimport cni:ipam/store@0.2.3 delete
+//go:wasmimport cni:ipam/store@0.2.5 delete
 func storeDelete(key, keyLen, ret uint32)
 
-//go:wasmimport cni:ipam/store@0.2.3 list-prefix
+//go:wasmimport cni:ipam/store@0.2.5 list-prefix
 func storeListPrefix(prefix, prefixLen, ret uint32)
 
-//go:wasmimport cni:ipam/store@0.2.3 peek-prefix
+//go:wasmimport cni:ipam/store@0.2.5 peek-prefix
 func storePeekPrefix(prefix, prefixLen, ret uint32)
 
-//go:wasmimport cni:ipam/log@0.2.3 log
+//go:wasmimport cni:ipam/log@0.2.5 log
 func logLog(level, message, messageLen uint32)
+
+//go:wasmimport cni:ipam/store@0.2.5 commit-room
+func storeCommitRoom(ret uint32)
+
+//go:wasmimport cni:ipam/readiness@0.2.5 degraded
+func readinessDegraded(conditions, count uint32)
 
 func stringArg(s string) (uint32, uint32) {
 	return addrOf(unsafe.Pointer(unsafe.StringData(s))), uint32(len(s))
@@ -116,6 +122,26 @@ func listWith(call func(prefix, prefixLen, ret uint32), prefix string) []Entry {
 
 func (HostStore) List(prefix string) []Entry { return listWith(storeListPrefix, prefix) }
 func (HostStore) Peek(prefix string) []Entry { return listWith(storePeekPrefix, prefix) }
+
+func (HostStore) CommitRoom() (uint32, bool) {
+	from := mark()
+	defer release(from)
+	ret, _ := alloc(commitRoomReturnSize)
+	storeCommitRoom(ret)
+	room := liftOption(ret, payload4, load32)
+	if room == nil {
+		return 0, false
+	}
+	return *room, true
+}
+
+func reportDegraded(conditions []Error) {
+	from := mark()
+	defer release(from)
+	list, _ := alloc(8)
+	lowerList(list, errorSize, conditions, func(p uint32, e Error) { lowerError(p, &e) })
+	readinessDegraded(load32(list), load32(list+4))
+}
 
 // Budget is the call's whole time budget, counted from the host's lock grant.
 func Budget() time.Duration { return time.Duration(deadlineBudget()) }

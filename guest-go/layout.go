@@ -81,6 +81,8 @@ const (
 	// bool, or the store-error variant (its case at 4, its string at 8).
 	writeReturnSize   = 16
 	storeErrorPayload = 4
+	// option<u32>: the discriminant, the u32 at 4.
+	commitRoomReturnSize = 8
 	// list<tuple<string, list<u8>>>.
 	listReturnSize = 8
 	entrySize      = 16

@@ -2,9 +2,9 @@
 // `wasm-ipam` CNI plugin runs under its host-wide lock and post-grant deadline.
 //
 // A module implements Module (ADD and DEL) over a Store it is handed, and may
-// implement Checker, GarbageCollector and StatusReporter; the defaults for those are
-// the Rust SDK's, built on AllocationLister and PoolReporter when the module
-// implements them. It registers itself with Export from an init function, and
+// implement Checker and GarbageCollector; the defaults for those are the Rust SDK's,
+// built on AllocationLister when the module implements it. CNI STATUS is the host's
+// (contract 0.2.5): a module tells it what makes some ADDs fail with Degraded. It registers itself with Export from an init function, and
 // build.sh turns the package main into a component exporting `cni:ipam/handler`.
 // Because the store is an argument, the same code runs in a host (on HostStore) and
 // in a plain `go test` (on a MemoryStore).
@@ -40,12 +40,6 @@ type GarbageCollector interface {
 	GC(req *Request, valid []Attachment, store Store) *Error
 }
 
-// StatusReporter is a module's own STATUS. Without it, STATUS succeeds unless
-// PoolReporter answers pools of which none has an address free (code 50).
-type StatusReporter interface {
-	Status(req *Request, store Store) *Error
-}
-
 // Allocation is one address handed out.
 type Allocation struct {
 	// Address alone, without a prefix length: `10.1.2.3`, `fd00::3`.
@@ -55,25 +49,10 @@ type Allocation struct {
 	Ifname string
 }
 
-// AllocationLister lists every address handed out; the defaults of CHECK, GC and
-// STATUS are built on it.
+// AllocationLister lists every address handed out; the defaults of CHECK and GC are
+// built on it.
 type AllocationLister interface {
 	Allocations(ctx *Context, store Store) ([]Allocation, *Error)
-}
-
-// Pool is one pool of addresses and its use.
-type Pool struct {
-	Name     string
-	Capacity *uint64
-	InUse    uint64
-	// Free is the addresses that can be handed out now, nil when unknown.
-	Free *uint64
-}
-
-// PoolReporter reports the module's pools. Without it, the pools are one named
-// after the network, with AllocationLister's count in use and capacity unknown.
-type PoolReporter interface {
-	Pools(ctx *Context, store Store) ([]Pool, *Error)
 }
 
 // Check answers CHECK for m: its own Check, or the default.
@@ -134,44 +113,12 @@ func CollectGarbage(m Module, req *Request, valid []Attachment, store Store) *Er
 	return NewError(first.Code, "GC could not release %d attachment(s)", len(failed)).WithDetails(strings.Join(failed, "; "))
 }
 
-// ReportStatus answers STATUS for m: its own Status, or the default.
-func ReportStatus(m Module, req *Request, store Store) *Error {
-	if s, ok := m.(StatusReporter); ok {
-		return s.Status(req, store)
-	}
-	pools, err := Pools(m, ContextOf(req), store)
-	if err != nil || len(pools) == 0 {
-		return nil
-	}
-	names := make([]string, len(pools))
-	for i, p := range pools {
-		if p.Free == nil || *p.Free != 0 {
-			return nil
-		}
-		names[i] = p.Name
-	}
-	return NewError(CodePluginNotAvailable, "no address is free in %s", strings.Join(names, ", "))
-}
-
 // Allocations answers m's allocations: its own, or code 121.
 func Allocations(m Module, ctx *Context, store Store) ([]Allocation, *Error) {
 	if l, ok := m.(AllocationLister); ok {
 		return l.Allocations(ctx, store)
 	}
 	return nil, Unsupported("this module does not report allocations")
-}
-
-// Pools answers m's pools: its own, or one named after the network with the count
-// of its allocations in use.
-func Pools(m Module, ctx *Context, store Store) ([]Pool, *Error) {
-	if p, ok := m.(PoolReporter); ok {
-		return p.Pools(ctx, store)
-	}
-	held, err := Allocations(m, ctx, store)
-	if err != nil {
-		return nil, err
-	}
-	return []Pool{{Name: ctx.NetworkName, InUse: uint64(len(held))}}, nil
 }
 
 func holds(a Allocation, attachment Attachment) bool {

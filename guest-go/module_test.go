@@ -114,35 +114,14 @@ func TestDefaultGCTriesEveryReleaseAndReportsAllFailures(t *testing.T) {
 	}
 }
 
-type full struct{ bare }
-
-func (full) Pools(ctx *Context, _ Store) ([]Pool, *Error) {
-	var conf struct {
-		Room bool `json:"room"`
-	}
-	if err := ctx.IPAM(&conf); err != nil {
-		return nil, err
-	}
-	free := uint64(0)
-	if conf.Room {
-		free = 1
-	}
-	return []Pool{{Name: "a", Capacity: Some(uint64(1)), InUse: 1, Free: Some(uint64(0))}, {Name: "b", Free: &free}}, nil
-}
-
-func TestDefaultStatusIsUnavailableOnlyWhenNoPoolHasRoom(t *testing.T) {
+func TestMemoryStoreCommitRoomIsWhatTheTestSets(t *testing.T) {
 	store := NewMemoryStore()
-	if err := ReportStatus(two{}, request(CmdStatus, "", ""), store); err != nil {
-		t.Errorf("capacity unknown: STATUS cannot tell the pool is full: %v", err)
+	if _, limited := store.CommitRoom(); limited {
+		t.Error("a MemoryStore without Room has no limit")
 	}
-	err := ReportStatus(full{}, request(CmdStatus, "", ""), store)
-	if err == nil || err.Code != CodePluginNotAvailable || err.Msg != "no address is free in a, b" {
-		t.Fatalf("got %+v", err)
-	}
-	roomy := request(CmdStatus, "", "")
-	roomy.Config = `{"ipam": {"room": true}}`
-	if err := ReportStatus(full{}, roomy, store); err != nil {
-		t.Error(err)
+	store.Room = Some(uint32(3))
+	if room, limited := store.CommitRoom(); !limited || room != 3 {
+		t.Errorf("got %d %v", room, limited)
 	}
 }
 
@@ -157,9 +136,6 @@ func TestABareModuleSaysWhatItCannotDo(t *testing.T) {
 	}
 	if err := CollectGarbage(bare{}, request(CmdGC, "", ""), nil, store); err == nil || err.Msg != "cannot collect garbage: this module does not report allocations" {
 		t.Errorf("GC: %+v", err)
-	}
-	if err := ReportStatus(bare{}, request(CmdStatus, "", ""), store); err != nil {
-		t.Errorf("STATUS: %+v", err)
 	}
 }
 

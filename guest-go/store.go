@@ -29,11 +29,20 @@ type Store interface {
 	// store several nodes share, what it reads is not checked at the commit. Never
 	// decide an allocation from it.
 	Peek(prefix string) []Entry
+	// CommitRoom is how many more distinct keys this call may read or write before its
+	// commit exceeds what the store takes in one transaction (etcd's --max-txn-ops,
+	// `ipam.store.maxTxnOps`), and false when the store has no such limit (the
+	// embedded store). A key read and then written counts once; a List counts once
+	// for the prefix and once per key it answers; Peek costs nothing. Bound work that
+	// is not the call's own (sweeping, freeing) by it.
+	CommitRoom() (uint32, bool)
 }
 
 // MemoryStore is an in-memory Store for unit tests of module logic.
 type MemoryStore struct {
 	Entries map[string][]byte
+	// Room is what CommitRoom answers: nil for a store without a transaction limit.
+	Room *uint32
 }
 
 // NewMemoryStore returns an empty MemoryStore.
@@ -72,6 +81,13 @@ func (m *MemoryStore) List(prefix string) []Entry {
 }
 
 func (m *MemoryStore) Peek(prefix string) []Entry { return m.List(prefix) }
+
+func (m *MemoryStore) CommitRoom() (uint32, bool) {
+	if m.Room == nil {
+		return 0, false
+	}
+	return *m.Room, true
+}
 
 // storeRefused is the SDK's code 120 for a write the host refused, its reason in
 // Details.

@@ -1,7 +1,7 @@
 // static-go: the reference `static` IPAM plugin as a wasm-ipam module written in Go
 // with the Go SDK (guest-go/), the same semantics as examples/static-py. static keeps
-// no state, so the module never touches the store: DEL, GC and STATUS succeed with
-// nothing to do.
+// no state, so the module never touches the store: DEL and GC succeed with nothing to
+// do (and STATUS is the host's).
 package main
 
 import ipam "wasm-ipam.dev/guest-go"
@@ -21,9 +21,6 @@ func (static) Check(req *ipam.Request, _ ipam.Store) *ipam.Error {
 
 // GC has nothing to collect.
 func (static) GC(*ipam.Request, []ipam.Attachment, ipam.Store) *ipam.Error { return nil }
-
-// Status is always ready.
-func (static) Status(*ipam.Request, ipam.Store) *ipam.Error { return nil }
 
 func init() { ipam.Export(static{}) }
 

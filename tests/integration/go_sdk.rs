@@ -99,7 +99,7 @@ pub fn probe_go_module() -> PathBuf {
 /// The canonical-ABI layout of what the handler world uses, as `guest-go/contract.golden`
 /// holds it: one `key = value` a line, each a figure the Go glue implements.
 /// - `import|export <interface> <function> = (<params>) -> (<results>)`: the core
-///   signature of each function of `deadline`, `store`, `log` and `handler`;
+///   signature of each function of `deadline`, `store`, `log`, `readiness` and `handler`;
 /// - `size|align <type>`, `offset <type>.<field>`, `payload <type>.<field>` (where an
 ///   option's value lies past its discriminant), `size <type>.<field>[]` and
 ///   `offset <type>.<field>[].<n>` (a list of tuples' elements);
@@ -126,7 +126,7 @@ fn contract_layout(wit: &Path) -> String {
             };
             let interface = &resolve.interfaces[*id];
             let short = interface.name.as_deref().unwrap();
-            if !["deadline", "store", "log", "handler"].contains(&short) {
+            if !["deadline", "store", "log", "readiness", "handler"].contains(&short) {
                 continue;
             }
             let name = resolve.name_world_key(key);
@@ -481,7 +481,7 @@ fn gc_hands_the_valid_attachments_over_and_errors_come_back_whole() {
         ])
     );
     let long = "m".repeat(900);
-    for command in ["ADD", "DEL", "CHECK", "GC", "STATUS"] {
+    for command in ["ADD", "DEL", "CHECK", "GC"] {
         let error = json!({"code": 142, "msg": long, "details": "the probe's details"});
         let mut conf = probe_conf(&node, "1.1.0", json!({"error": error}));
         conf["cni.dev/valid-attachments"] = json!([]);
@@ -494,6 +494,45 @@ fn gc_hands_the_valid_attachments_over_and_errors_come_back_whole() {
             "{command}"
         );
     }
+}
+
+/// `readiness.degraded`: a list of error records, lowered by the Go glue, reaches
+/// the host whole; STATUS (answered by the host, not the module) stays ready and
+/// logs it, `strictStatus` fails on it, and an empty list clears it.
+#[test]
+fn degraded_conditions_reach_status_whole_and_an_empty_list_clears_them() {
+    let node = Node::new();
+    let conditions = json!([
+        {"code": 140, "msg": "pool blue has no address left", "details": "free one with a DEL"},
+        {"code": 141, "msg": "pool green is 95% used"}
+    ]);
+    let conf = probe_conf(&node, "1.1.0", json!({"degraded": conditions}));
+    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("STATUS", "").run(&conf).ok();
+    let warned: Vec<String> = node
+        .log_lines("status")
+        .iter()
+        .filter(|l| l["level"] == "WARN")
+        .filter_map(|l| l["message"].as_str().map(str::to_string))
+        .collect();
+    for expected in ["pool blue has no address left", "pool green is 95% used"] {
+        assert!(
+            warned.iter().any(|m| m.contains(expected)),
+            "{expected}: {warned:?}"
+        );
+    }
+    let mut strict = conf.clone();
+    strict["ipam"]["strictStatus"] = true.into();
+    let refused = Call::new("STATUS", "").run(&strict);
+    assert_eq!(refused.error_code(), 50, "{refused:?}");
+    assert!(
+        refused.msg().contains("pool blue has no address left"),
+        "{}",
+        refused.msg()
+    );
+    let clear = probe_conf(&node, "1.1.0", json!({"degraded": []}));
+    Call::new("DEL", "c1").run(&clear).ok();
+    Call::new("STATUS", "").run(&strict).ok();
 }
 
 #[test]
@@ -560,6 +599,49 @@ fn the_store_stages_writes_reads_them_back_and_commits_them_only_on_ok() {
     let reply = Call::new("ADD", "c2").run(&probe_conf(&node, "1.0.0", failing));
     assert_eq!(reply.error_code(), 150);
     assert_eq!(node.store_entries("testnet"), committed);
+}
+
+/// `store.commit-room`: none on the embedded store; on etcd under `maxTxnOps`, the
+/// room left, one less for each key the call reads or writes.
+#[test]
+fn commit_room_is_none_on_the_embedded_store_and_counts_down_on_etcd() {
+    let node = Node::new();
+    let ops = json!([{"op": "room"}, {"op": "put", "key": "k/1", "value": [1]}, {"op": "room"}]);
+    Call::new("ADD", "c1")
+        .run(&probe_conf(&node, "1.1.0", json!({"store": ops})))
+        .ok();
+    let rooms: Vec<Value> = logged(&node, "store")
+        .into_iter()
+        .filter(|l| l["op"] == "room")
+        .map(|l| l["answer"].clone())
+        .collect();
+    assert_eq!(rooms, vec![json!({"room": 0, "limited": false}); 2]);
+
+    let etcd = crate::etcd::Etcd::start(1);
+    let node = Node::new();
+    let mut conf = probe_conf(&node, "1.1.0", json!({"store": ops}));
+    conf["ipam"]["store"] = etcd.store("/go-room");
+    conf["ipam"]["store"]["maxTxnOps"] = 64.into();
+    let ops = json!([
+        {"op": "room"},
+        {"op": "put", "key": "k/1", "value": [1]},
+        {"op": "room"},
+        {"op": "get", "key": "k/1"},
+        {"op": "get", "key": "k/2"},
+        {"op": "room"}
+    ]);
+    conf["ipam"]["probe"]["store"] = ops;
+    Call::new("ADD", "c1").run(&conf).ok();
+    let rooms: Vec<u64> = logged(&node, "store")
+        .into_iter()
+        .filter(|l| l["op"] == "room")
+        .map(|l| {
+            assert_eq!(l["answer"]["limited"], true, "{l}");
+            l["answer"]["room"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(rooms[0] > 2 && rooms[0] <= 64, "{rooms:?}");
+    assert_eq!(rooms[1..], [rooms[0] - 1, rooms[0] - 2], "k/1 counts once");
 }
 
 #[test]

@@ -579,10 +579,9 @@ fn wat_module(node: &Node, name: &str, extra: &str, body: &str) -> PathBuf {
 // ---- the same cases for a module in Go ----
 
 /// A Go module (`tests/modules/probe-go`, on the Go SDK) that loops, allocates
-/// without bound or panics is stopped: 103 at the deadline and 102 for the runtime's
-/// exit on an unrecovered panic, the codes a Rust one gets; an unbounded allocation is
-/// stopped within the memory bound, but as a trap (102) where a Rust module's is 105.
-/// The store is left as it was and the lock free.
+/// without bound or panics is stopped with the codes a Rust one gets: 103 at the
+/// deadline, 105 at the memory limit, 102 for the runtime's exit on an unrecovered
+/// panic, with its message. The store is left as it was and the lock free.
 #[test]
 fn a_go_module_that_loops_allocates_without_bound_or_panics_is_stopped_alike() {
     let go = crate::go_sdk::probe_go_module();
@@ -602,20 +601,18 @@ fn a_go_module_that_loops_allocates_without_bound_or_panics_is_stopped_alike() {
     );
     assert_stopped_at_deadline(&node, &before, "ADD", looping);
 
-    // Not yet the Rust module's 105: the Go runtime overflows the wasm stack
-    // ("call stack exhausted", 102) in its out-of-memory path before the host's
-    // limiter refuses a growth (guest-go/README.md). Stopped all the same, within the
-    // memory bound, its writes discarded.
     let allocating = conf(json!({"store": write, "then": "alloc"}), json!({}));
     let (reply, measured) = Call::new("ADD", "hostile").run_measured(&allocating);
-    let code = reply.error_code();
-    assert!(code == 105 || code == 102, "{reply:?}");
+    assert_eq!(reply.error_code(), 105, "{reply:?}");
     assert_eq!(node.store_entries("testnet"), before, "store changed");
     assert!(node.lock_is_free(), "lock still held");
     assert_peak_below(measured, 150.0, "a Go module's unbounded allocation");
 
     let panicking = conf(json!({"store": write, "then": "panic"}), json!({}));
-    // The Go runtime's exit on a panic reaches the host as a trap (today "call stack
-    // exhausted" in its panic path; the message is not in the log as a Rust panic's is).
-    expect_refused(&node, &before, "DEL", &panicking, 102);
+    let (reply, _) = expect_refused(&node, &before, "DEL", &panicking, 102);
+    let details = reply.json.as_ref().unwrap()["details"].as_str().unwrap();
+    assert!(
+        details.starts_with("panic: probe asked to panic"),
+        "{details}"
+    );
 }

@@ -20,6 +20,9 @@ type probe struct {
 	Store []storeOp `json:"store"`
 	// Log the deadline's figures (`deadline=...`).
 	Deadline bool `json:"deadline"`
+	// Conditions to report degraded (`readiness`), in the SDK's field names; an empty
+	// list clears what the network reported.
+	Degraded *[]ipam.Error `json:"degraded"`
 	// The error to answer, after everything else.
 	Error *ipam.Error `json:"error"`
 	// How the handler ends: "loop", "panic", "alloc" (without bound) or nothing.
@@ -65,6 +68,9 @@ func (module) run(req *ipam.Request, store ipam.Store, extra any) *ipam.Error {
 			answer = entries(store.List(op.Key))
 		case "peek":
 			answer = entries(store.Peek(op.Key))
+		case "room":
+			room, limited := store.CommitRoom()
+			answer = map[string]any{"room": room, "limited": limited}
 		default:
 			return ipam.InvalidConfig("unknown store op %q", op.Op)
 		}
@@ -74,6 +80,13 @@ func (module) run(req *ipam.Request, store ipam.Store, extra any) *ipam.Error {
 		logJSON("deadline", map[string]any{
 			"budget": ipam.Budget(), "remaining": ipam.Remaining(), "expired": ipam.Expired(),
 		})
+	}
+	if p.Degraded != nil {
+		conditions := make([]*ipam.Error, len(*p.Degraded))
+		for i := range *p.Degraded {
+			conditions[i] = &(*p.Degraded)[i]
+		}
+		ipam.Degraded(conditions...)
 	}
 	switch p.Then {
 	case "loop":
@@ -139,10 +152,6 @@ func (m module) Check(req *ipam.Request, store ipam.Store) *ipam.Error {
 
 func (m module) GC(req *ipam.Request, valid []ipam.Attachment, store ipam.Store) *ipam.Error {
 	return m.run(req, store, valid)
-}
-
-func (m module) Status(req *ipam.Request, store ipam.Store) *ipam.Error {
-	return m.run(req, store, nil)
 }
 
 func init() { ipam.Export(module{}) }
