@@ -7,11 +7,11 @@
 # module download (the SDK has no dependency; a module names it with a `replace`).
 #
 # 1. `go build` makes a WASI preview-1 reactor (-buildmode=c-shared) exporting the
-#    handler's functions and importing the host's, as the SDK's glue declares them;
+#    contract's functions and importing the host's, as the SDK's glue declares them;
 # 2. `wasm-tools component embed` attaches the world those are checked against: the
-#    contract's `deadline`, `store`, `log` and `readiness` imports and its `handler`
-#    export (the world `go-handler`, written here in the contract's own package, from
-#    wit/ipam.wit: WIT=... names another copy);
+#    contract's imports and its exports but `migrate` and `wide-usage` (the world
+#    `go-module`, written here in the contract's own package, from wit/ipam.wit:
+#    WIT=... names another copy);
 # 3. `wasm-tools component new` makes the component, turning the Go runtime's WASI
 #    preview-1 imports into preview-2 ones with wasmtime's reactor adapter
 #    (adapter/, whose origin adapter/README.md states).
@@ -26,22 +26,28 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/wit"
 cp "$wit" "$work/wit/ipam.wit"
 package_line="$(grep -m1 '^package ' "$wit")"
-cat > "$work/wit/go-handler.wit" <<WIT
+cat > "$work/wit/go-module.wit" <<WIT
 $package_line
 
-/// What a module built with the Go SDK is: the host's imports and \`handler\`.
-world go-handler {
+/// What a module built with the Go SDK is: the contract's world without \`migrate\`
+/// (taking over host-local's files) and \`wide-usage\` (counts past 2^64).
+world go-module {
     import deadline;
     import store;
     import log;
     import readiness;
     export handler;
+    export inspect;
+    export nodes;
+    export capabilities;
+    export reservations;
+    export usage;
 }
 WIT
 
 (cd "$package" && GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod GOOS=wasip1 GOARCH=wasm \
   go build -buildmode=c-shared -trimpath -o "$work/core.wasm" .)
-wasm-tools component embed "$work/wit" --world go-handler "$work/core.wasm" -o "$work/embedded.wasm"
+wasm-tools component embed "$work/wit" --world go-module "$work/core.wasm" -o "$work/embedded.wasm"
 mkdir -p "$(dirname "$out")"
 # The adapter's own memory comes from the SDK's `cabi_realloc_adapter`, a static arena
 # outside Go's heap (adapter_wasip1.go says why not `--realloc-via-memory-grow`).

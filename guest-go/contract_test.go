@@ -20,8 +20,13 @@ import (
 )
 
 const (
-	handler  = "cni:ipam/handler@0.2.5"
-	storeAPI = "cni:ipam/store@0.2.5"
+	handler      = "cni:ipam/handler@0.2.5"
+	storeAPI     = "cni:ipam/store@0.2.5"
+	inspectAPI   = "cni:ipam/inspect@0.2.5"
+	nodesAPI     = "cni:ipam/nodes@0.2.5"
+	reserveAPI   = "cni:ipam/reservations@0.2.5"
+	usageAPI     = "cni:ipam/usage@0.2.5"
+	functionsAPI = "cni:ipam/capabilities@0.2.5"
 )
 
 // glueLayout is every figure of contract.golden, by its key, as the glue has it.
@@ -67,9 +72,9 @@ var glueLayout = map[string]int{
 	"size error": errorSize, "align error": 4,
 	"offset error.code": errorCode, "offset error.msg": errorMsg, "offset error.details": errorDetails,
 
-	"size store-error": 12, "align store-error": 4, "payload store-error": storeErrorPayload,
+	"size store.store-error": 12, "align store.store-error": 4, "payload store.store-error": storeErrorPayload,
 
-	"size level": 1, "align level": 1,
+	"size log.level": 1, "align log.level": 1,
 
 	"size return " + handler + " add": addReturnSize, "align return " + handler + " add": 4,
 	"payload return " + handler + " add": payload4,
@@ -99,6 +104,72 @@ var glueLayout = map[string]int{
 	"size return " + storeAPI + " commit-room":       commitRoomReturnSize,
 	"align return " + storeAPI + " commit-room":      4,
 	"payload return " + storeAPI + " commit-room":    payload4,
+
+	"size inspect.context": contextSize, "align inspect.context": 8,
+	"offset inspect.context.network-name": contextNetworkName, "offset inspect.context.config": contextConfig,
+	"payload inspect.context.config": payload4, "offset inspect.context.node-name": contextNodeName,
+	"offset inspect.context.now": contextNow,
+	"size nodes.context":         contextSize, "align nodes.context": 8,
+	"offset nodes.context.network-name": contextNetworkName, "offset nodes.context.config": contextConfig,
+	"payload nodes.context.config": payload4, "offset nodes.context.node-name": contextNodeName,
+	"offset nodes.context.now": contextNow,
+
+	"size inspect.allocation": allocationSize, "align inspect.allocation": 8,
+	"offset inspect.allocation.address": allocationAddress, "offset inspect.allocation.container-id": allocationContainerID,
+	"offset inspect.allocation.ifname": allocationIfname, "offset inspect.allocation.since": allocationSince,
+	"payload inspect.allocation.since": payload8, "offset inspect.allocation.attributes": allocationAttributes,
+	"size inspect.allocation.attributes[]": attributeSize, "offset inspect.allocation.attributes[].0": attributeName,
+	"offset inspect.allocation.attributes[].1": attributeValue,
+
+	"size inspect.pool": poolSize, "align inspect.pool": 8,
+	"offset inspect.pool.name": poolName, "offset inspect.pool.capacity": poolCapacity,
+	"payload inspect.pool.capacity": payload8, "offset inspect.pool.in-use": poolInUse,
+	"offset inspect.pool.excluded": poolExcluded, "offset inspect.pool.cooling-down": poolCoolingDown,
+	"offset inspect.pool.free": poolFree, "payload inspect.pool.free": payload8,
+
+	"size usage.kind": 1, "align usage.kind": 1,
+	"size usage.pool-usage": poolUsageSize, "align usage.pool-usage": 8,
+	"offset usage.pool-usage.kind": poolUsageKind, "offset usage.pool-usage.name": poolUsageName,
+	"offset usage.pool-usage.parent": poolUsageParent, "payload usage.pool-usage.parent": payload4,
+	"offset usage.pool-usage.node": poolUsageNode, "payload usage.pool-usage.node": payload4,
+	"offset usage.pool-usage.capacity": poolUsageCapacity, "payload usage.pool-usage.capacity": payload8,
+	"offset usage.pool-usage.in-use": poolUsageInUse, "offset usage.pool-usage.excluded": poolUsageExcluded,
+	"offset usage.pool-usage.cooling-down": poolUsageCoolingDown, "offset usage.pool-usage.reserved": poolUsageReserved,
+	"offset usage.pool-usage.borrowed": poolUsageBorrowed, "offset usage.pool-usage.free": poolUsageFree,
+	"payload usage.pool-usage.free": payload8, "offset usage.pool-usage.warn-percent": poolUsageWarnPercent,
+	"payload usage.pool-usage.warn-percent": payload1,
+
+	"size reservations.reservation": reservationSize, "align reservations.reservation": 8,
+	"offset reservations.reservation.cidr": reservationCIDR, "offset reservations.reservation.note": reservationNote,
+	"offset reservations.reservation.since": reservationSince, "offset reservations.reservation.held": reservationHeld,
+
+	"size nodes.release-report": releaseReportSize, "align nodes.release-report": 4,
+	"offset nodes.release-report.addresses": releaseReportAddresses, "offset nodes.release-report.blocks": releaseReportBlocks,
+	"offset nodes.release-report.notes": releaseReportNotes,
+	"size nodes.released-address":       releasedAddressSize, "align nodes.released-address": 4,
+	"offset nodes.released-address.address":      releasedAddressAddress,
+	"offset nodes.released-address.container-id": releasedAddressContainerID,
+	"offset nodes.released-address.ifname":       releasedAddressIfname,
+
+	"size capabilities.function": functionSize, "align capabilities.function": 4,
+	"offset capabilities.function.name": functionName, "offset capabilities.function.origin": functionOrigin,
+	"size capabilities.origin": 1, "align capabilities.origin": 1,
+
+	"size return " + inspectAPI + " allocations": listResultSize, "align return " + inspectAPI + " allocations": 4,
+	"payload return " + inspectAPI + " allocations": payload4,
+	"size return " + inspectAPI + " pools":          listResultSize, "align return " + inspectAPI + " pools": 4,
+	"payload return " + inspectAPI + " pools": payload4,
+	"size return " + usageAPI + " pools":      listResultSize, "align return " + usageAPI + " pools": 4,
+	"payload return " + usageAPI + " pools": payload4,
+	"size return " + reserveAPI + " all":    listResultSize, "align return " + reserveAPI + " all": 4,
+	"payload return " + reserveAPI + " all":  payload4,
+	"size return " + reserveAPI + " reserve": reservationReturnSize, "align return " + reserveAPI + " reserve": 8,
+	"payload return " + reserveAPI + " reserve": reservationReturnPayload,
+	"size return " + reserveAPI + " unreserve":  reservationReturnSize, "align return " + reserveAPI + " unreserve": 8,
+	"payload return " + reserveAPI + " unreserve": reservationReturnPayload,
+	"size return " + nodesAPI + " release-node":   releaseNodeReturnSize, "align return " + nodesAPI + " release-node": 4,
+	"payload return " + nodesAPI + " release-node": payload4,
+	"size return " + functionsAPI + " functions":   functionsReturnSize, "align return " + functionsAPI + " functions": 4,
 }
 
 func golden(t *testing.T) map[string]string {

@@ -54,8 +54,12 @@ func configuredMemoryLimitMiB(config string) uint64 {
 }
 
 // begin is how every handler call starts: the memory limit from the call's netconf.
-func begin(req *Request) {
-	if mib := configuredMemoryLimitMiB(req.Config); mib != DefaultMemoryLimitMiB {
+func begin(req *Request) { beginConfig(req.Config) }
+
+// beginConfig sets the memory limit from a netconf (a call's, or an operator
+// command's context).
+func beginConfig(config string) {
+	if mib := configuredMemoryLimitMiB(config); mib != DefaultMemoryLimitMiB {
 		debug.SetMemoryLimit(memoryLimit(mib))
 	}
 }

@@ -89,3 +89,80 @@ const (
 	entryKey       = 0
 	entryValue     = 8
 )
+
+// The records of the optional exports (inspect, nodes, reservations, usage,
+// capabilities) and their functions' return areas.
+const (
+	allocationSize        = 48
+	allocationAddress     = 0
+	allocationContainerID = 8
+	allocationIfname      = 16
+	allocationSince       = 24
+	allocationAttributes  = 40
+	attributeSize         = 16 // tuple<string, string>
+	attributeName         = 0
+	attributeValue        = 8
+
+	poolSize        = 64
+	poolName        = 0
+	poolCapacity    = 8
+	poolInUse       = 24
+	poolExcluded    = 32
+	poolCoolingDown = 40
+	poolFree        = 48
+
+	poolUsageSize        = 120
+	poolUsageKind        = 0
+	poolUsageName        = 4
+	poolUsageParent      = 12
+	poolUsageNode        = 24
+	poolUsageCapacity    = 40
+	poolUsageInUse       = 56
+	poolUsageExcluded    = 64
+	poolUsageCoolingDown = 72
+	poolUsageReserved    = 80
+	poolUsageBorrowed    = 88
+	poolUsageFree        = 96
+	poolUsageWarnPercent = 112
+
+	reservationSize  = 32
+	reservationCIDR  = 0
+	reservationNote  = 8
+	reservationSince = 16
+	reservationHeld  = 24
+
+	releaseReportSize      = 24
+	releaseReportAddresses = 0
+	releaseReportBlocks    = 8
+	releaseReportNotes     = 16
+
+	releasedAddressSize        = 24
+	releasedAddressAddress     = 0
+	releasedAddressContainerID = 8
+	releasedAddressIfname      = 16
+
+	functionSize   = 12
+	functionName   = 0
+	functionOrigin = 8
+
+	// The context record (inspect's and nodes', the same layout). The exports take it
+	// flattened into parameters; its size is contract.golden's.
+	contextSize        = 48
+	contextNetworkName = 0
+	contextConfig      = 8
+	contextNodeName    = 20
+	contextNow         = 32
+
+	// An option whose payload is aligned to 8 (a u64) holds it at 8.
+	payload8 = 8
+
+	// result<list<T>, error>, result<release-report, error>: the discriminant, then
+	// either at 4.
+	listResultSize        = 24
+	releaseNodeReturnSize = 28
+	// result<reservation, error>: the reservation is aligned to 8.
+	reservationReturnSize    = 40
+	reservationReturnPayload = 8
+	// list<function>.
+	functionsReturnSize = 8
+)

@@ -2,8 +2,11 @@
 // `wasm-ipam` CNI plugin runs under its host-wide lock and post-grant deadline.
 //
 // A module implements Module (ADD and DEL) over a Store it is handed, and may
-// implement Checker and GarbageCollector; the defaults for those are the Rust SDK's,
-// built on AllocationLister when the module implements it. CNI STATUS is the host's
+// implement the optional interfaces: Checker and GarbageCollector (defaults built on
+// AllocationLister, as the Rust SDK's), and for the operator's commands
+// AllocationLister and PoolReporter (`wasm-ipam list`, `stats`), UsageReporter
+// (`stats` in detail), NodeReleaser (`release-node`) and Reserver (`reserve`,
+// `unreserve`); Capabilities says which of them a module implements. CNI STATUS is the host's
 // (contract 0.2.5): a module tells it what makes some ADDs fail with Degraded. It registers itself with Export from an init function, and
 // build.sh turns the package main into a component exporting `cni:ipam/handler`.
 // Because the store is an argument, the same code runs in a host (on HostStore) and
@@ -38,21 +41,6 @@ type Checker interface {
 // 121.
 type GarbageCollector interface {
 	GC(req *Request, valid []Attachment, store Store) *Error
-}
-
-// Allocation is one address handed out.
-type Allocation struct {
-	// Address alone, without a prefix length: `10.1.2.3`, `fd00::3`.
-	Address     string
-	ContainerID string
-	// Ifname is empty when the module does not know it.
-	Ifname string
-}
-
-// AllocationLister lists every address handed out; the defaults of CHECK and GC are
-// built on it.
-type AllocationLister interface {
-	Allocations(ctx *Context, store Store) ([]Allocation, *Error)
 }
 
 // Check answers CHECK for m: its own Check, or the default.
@@ -111,14 +99,6 @@ func CollectGarbage(m Module, req *Request, valid []Attachment, store Store) *Er
 		return nil
 	}
 	return NewError(first.Code, "GC could not release %d attachment(s)", len(failed)).WithDetails(strings.Join(failed, "; "))
-}
-
-// Allocations answers m's allocations: its own, or code 121.
-func Allocations(m Module, ctx *Context, store Store) ([]Allocation, *Error) {
-	if l, ok := m.(AllocationLister); ok {
-		return l.Allocations(ctx, store)
-	}
-	return nil, Unsupported("this module does not report allocations")
 }
 
 func holds(a Allocation, attachment Attachment) bool {

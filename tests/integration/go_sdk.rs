@@ -104,6 +104,22 @@ pub fn probe_go_module() -> PathBuf {
 ///   option's value lies past its discriminant), `size <type>.<field>[]` and
 ///   `offset <type>.<field>[].<n>` (a list of tuples' elements);
 /// - the same for each function's return area (`return <interface> <function>`).
+/// The interfaces of the contract the Go SDK implements: every one but `migrate`
+/// (taking over host-local's files, which no Go vendor's module needs) and
+/// `wide-usage` (exact counts past 2^64, which Go has no integer for).
+const GO_INTERFACES: [&str; 10] = [
+    "deadline",
+    "store",
+    "log",
+    "readiness",
+    "handler",
+    "inspect",
+    "nodes",
+    "capabilities",
+    "reservations",
+    "usage",
+];
+
 fn contract_layout(wit: &Path) -> String {
     let mut resolve = Resolve::default();
     let package = resolve.push_file(wit).unwrap();
@@ -126,7 +142,7 @@ fn contract_layout(wit: &Path) -> String {
             };
             let interface = &resolve.interfaces[*id];
             let short = interface.name.as_deref().unwrap();
-            if !["deadline", "store", "log", "readiness", "handler"].contains(&short) {
+            if !GO_INTERFACES.contains(&short) {
                 continue;
             }
             let name = resolve.name_world_key(key);
@@ -174,8 +190,12 @@ fn contract_layout(wit: &Path) -> String {
 fn collect_named(resolve: &Resolve, ty: &Type, types: &mut BTreeMap<String, Type>) {
     let Type::Id(id) = ty else { return };
     let def = &resolve.types[*id];
+    if let TypeDefKind::Type(original) = &def.kind {
+        // A `use`d name: the type is described once, where it is defined.
+        return collect_named(resolve, original, types);
+    }
     if let Some(name) = &def.name {
-        types.insert(name.clone(), *ty);
+        types.insert(qualified(resolve, def, name), *ty);
     }
     match &def.kind {
         TypeDefKind::Record(r) => r
@@ -200,6 +220,18 @@ fn collect_named(resolve: &Resolve, ty: &Type, types: &mut BTreeMap<String, Type
             .filter_map(|c| c.ty.as_ref())
             .for_each(|t| collect_named(resolve, t, types)),
         _ => {}
+    }
+}
+
+/// A type's name in contract.golden: bare for those of `types`, `interface.name` for
+/// the others (`usage.pool-usage` and `wide-usage.pool-usage` differ).
+fn qualified(resolve: &Resolve, def: &wit_parser::TypeDef, name: &str) -> String {
+    match def.owner {
+        wit_parser::TypeOwner::Interface(i) => match resolve.interfaces[i].name.as_deref() {
+            Some("types") | None => name.to_string(),
+            Some(interface) => format!("{interface}.{name}"),
+        },
+        _ => name.to_string(),
     }
 }
 
@@ -350,6 +382,7 @@ fn go_packages_are_formatted_vetted_and_their_unit_tests_pass() {
     for glue_test in [
         "TestAnAddResultSurvivesACollectionUntilPostReturn",
         "TestARequestTheHostWroteIsLiftedWhole",
+        "TestTheOptionalExportsAnswersSurviveACollectionUntilPostReturn",
         "TestEveryFigureOfTheContractIsTheGlues",
     ] {
         assert!(
@@ -602,9 +635,11 @@ fn the_store_stages_writes_reads_them_back_and_commits_them_only_on_ok() {
 }
 
 /// `store.commit-room`: none on the embedded store; on etcd under `maxTxnOps`, the
-/// room left, one less for each key the call reads or writes.
+/// room left, one less for each key the call reads or writes. And, on the same etcd
+/// (release-node is for a store nodes share), `nodes.release-node`'s parameters and
+/// report through `wasm-ipam release-node`.
 #[test]
-fn commit_room_is_none_on_the_embedded_store_and_counts_down_on_etcd() {
+fn on_etcd_commit_room_counts_down_and_a_release_report_comes_back_whole() {
     let node = Node::new();
     let ops = json!([{"op": "room"}, {"op": "put", "key": "k/1", "value": [1]}, {"op": "room"}]);
     Call::new("ADD", "c1")
@@ -642,6 +677,133 @@ fn commit_room_is_none_on_the_embedded_store_and_counts_down_on_etcd() {
         .collect();
     assert!(rooms[0] > 2 && rooms[0] <= 64, "{rooms:?}");
     assert_eq!(rooms[1..], [rooms[0] - 1, rooms[0] - 2], "k/1 counts once");
+
+    // The node released must have committed to the store: a call of its own.
+    let mut gone = conf.clone();
+    gone["ipam"]["nodeName"] = "node-gone".into();
+    gone["ipam"]["probe"] = json!({"store": [{"op": "put", "key": "k/gone", "value": [1]}]});
+    Call::new("ADD", "c9").run(&gone).ok();
+    conf["ipam"]["probe"] = json!({"release": {
+        "addresses": [{"address": "10.80.0.7", "containerID": "c9", "ifname": "eth0"}],
+        "blocks": ["10.80.0.64/26", "fd80::40/122"],
+        "notes": ["kept 10.80.0.9: reserved"]
+    }});
+    let file = crate::etcd::write_conf(&node, &conf);
+    let (ok, out, err) = crate::etcd::operator_on(
+        &node,
+        &file,
+        &["release-node", "node-gone", "--force", "--dry-run"],
+    );
+    assert!(ok, "{err}");
+    for shown in [
+        "10.80.0.7",
+        "c9",
+        "10.80.0.64/26",
+        "fd80::40/122",
+        "kept 10.80.0.9: reserved",
+        "node node-gone, dry run true",
+    ] {
+        assert!(out.contains(shown), "{shown}: {out}");
+    }
+}
+
+/// The optional exports through the operator's commands: `list` (inspect.allocations
+/// and reservations.all), `stats` (usage.pools), `reserve` and `unreserve`
+/// (reservations), `inspect` (capabilities.functions), every record field coming back
+/// as the module gave it. (`inspect.pools` the host asks only of a module without
+/// `usage`, which every Go SDK module exports: its layout is the wasip1 glue test's.)
+#[test]
+fn the_operator_commands_read_every_field_of_the_optional_exports() {
+    let node = Node::new();
+    let probe = json!({
+        "allocations": [
+            {"address": "10.80.0.5", "containerID": "c1", "ifname": "eth0", "since": 1_700_000_001u64,
+             "attributes": [{"name": "node", "value": "node-go"}, {"name": "pool", "value": "default"}]},
+            {"address": "fd80::5", "containerID": "c1", "ifname": ""}
+        ],
+        "usage": [
+            {"kind": 0, "name": "pool default", "capacity": 62464, "inUse": 3, "excluded": 1, "coolingDown": 4,
+             "reserved": 2, "borrowed": 1, "free": 62454, "warnPercent": 90},
+            {"kind": 1, "name": "10.80.0.0/26", "parent": "pool default", "node": "node-go", "capacity": 61,
+             "inUse": 18446744073709551615u64}
+        ],
+        "reservations": [
+            {"cidr": "10.80.0.10/32", "note": "the VIP", "since": 1_700_000_002u64, "held": ["10.80.0.10"]}
+        ]
+    });
+    let conf = probe_conf(&node, "1.1.0", probe);
+    let file = crate::etcd::write_conf(&node, &conf);
+    let run = |args: &[&str]| {
+        let (ok, out, err) = crate::etcd::operator_on(&node, &file, args);
+        assert!(ok, "{args:?}: {err}");
+        out
+    };
+    let listed: Value = serde_json::from_str(&run(&["list", "--json"])).unwrap();
+    assert_eq!(
+        listed,
+        json!([
+            {"network": "testnet", "address": "10.80.0.5", "containerID": "c1", "ifname": "eth0",
+             "since": 1_700_000_001u64, "attributes": {"node": "node-go", "pool": "default"}},
+            {"network": "testnet", "address": "fd80::5", "containerID": "c1", "ifname": "", "since": null}
+        ])
+    );
+    let reserved: Value =
+        serde_json::from_str(&run(&["list", "--reservations", "--json"])).unwrap();
+    assert_eq!(
+        reserved,
+        json!([{"network": "testnet", "cidr": "10.80.0.10/32", "note": "the VIP",
+                "since": 1_700_000_002u64, "held": ["10.80.0.10"]}])
+    );
+    let stats: Value = serde_json::from_str(&run(&["stats", "--json", "--blocks"])).unwrap();
+    assert_eq!(
+        stats[0]["pools"],
+        json!([{"network": "testnet", "pool": "pool default", "parent": null, "node": null,
+                "capacity": 62464, "in_use": 3, "excluded": 1, "cooling_down": 4, "reserved": 2,
+                "borrowed": 1, "free": 62454, "warn_percent": 90}])
+    );
+    assert_eq!(
+        stats[0]["blocks"],
+        json!([{"network": "testnet", "pool": "10.80.0.0/26", "parent": "pool default",
+                "node": "node-go", "capacity": 61, "in_use": 18446744073709551615u64, "excluded": 0,
+                "cooling_down": 0, "reserved": 0, "borrowed": 0, "free": null, "warn_percent": null}])
+    );
+    let out = run(&["reserve", "10.80.0.11", "--note", "a VIP", "--force"]);
+    assert!(out.contains("reserved 10.80.0.11/32 (a VIP)"), "{out}");
+    assert!(out.contains("held is in use"), "{out}");
+    let out = run(&["unreserve", "10.80.0.11/32"]);
+    assert!(
+        out.contains("unreserved 10.80.0.11/32 (was reserved)"),
+        "{out}"
+    );
+
+    let inspected = operator_command([
+        OsStr::new("inspect"),
+        OsStr::new("--json"),
+        probe_go_module().as_os_str(),
+    ]);
+    let inspected: Value = serde_json::from_str(&inspected).unwrap();
+    let origins: Vec<(String, String)> = inspected["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().into(),
+                f["origin"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(origins.len(), 12, "{origins:?}");
+    for (name, origin) in &origins {
+        let expected = if name == "handler.status" {
+            "derived"
+        } else {
+            "module"
+        };
+        assert_eq!(origin, expected, "{name}");
+    }
+    assert_eq!(inspected["exports_migrate"], false);
+    assert_eq!(inspected["exports_usage"], true);
 }
 
 #[test]

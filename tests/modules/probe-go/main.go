@@ -1,5 +1,5 @@
 // The Go SDK's probe: a module whose behaviour its netconf chooses (`ipam.probe`),
-// so the integration suite can round-trip every type of the handler world through
+// so the integration suite can round-trip every type of the contract's world through
 // the real host (tests/integration/go_sdk.rs) and make a Go module loop, allocate
 // without bound or panic (the hostile-module cases, for Go).
 package main
@@ -27,6 +27,73 @@ type probe struct {
 	Error *ipam.Error `json:"error"`
 	// How the handler ends: "loop", "panic", "alloc" (without bound) or nothing.
 	Then string `json:"then"`
+
+	// What the operator's commands are answered, in the SDK's field names: `list`
+	// (allocations, reservations), `stats` (pools, usage), `release-node` (release,
+	// with a note naming the node and the dry run), `reserve` and `unreserve` (the
+	// reservation asked, its note, since 1700000000, and "held" when forced).
+	Allocations  []ipam.Allocation   `json:"allocations"`
+	Pools        []ipam.Pool         `json:"pools"`
+	Usage        []ipam.PoolUsage    `json:"usage"`
+	Reservations []ipam.Reservation  `json:"reservations"`
+	Release      *ipam.ReleaseReport `json:"release"`
+}
+
+// asked is the probe section of the configuration an operator command runs with.
+func asked(ctx *ipam.Context) (probe, *ipam.Error) {
+	var conf struct {
+		Probe probe `json:"probe"`
+	}
+	err := ctx.IPAM(&conf)
+	return conf.Probe, err
+}
+
+func (module) Allocations(ctx *ipam.Context, _ ipam.Store) ([]ipam.Allocation, *ipam.Error) {
+	p, err := asked(ctx)
+	return p.Allocations, err
+}
+
+func (module) Pools(ctx *ipam.Context, _ ipam.Store) ([]ipam.Pool, *ipam.Error) {
+	p, err := asked(ctx)
+	return p.Pools, err
+}
+
+func (module) Usage(ctx *ipam.Context, _ ipam.Store) ([]ipam.PoolUsage, *ipam.Error) {
+	p, err := asked(ctx)
+	return p.Usage, err
+}
+
+func (module) Reservations(ctx *ipam.Context, _ ipam.Store) ([]ipam.Reservation, *ipam.Error) {
+	p, err := asked(ctx)
+	return p.Reservations, err
+}
+
+func (module) Reserve(ctx *ipam.Context, cidr, note string, force bool, _ ipam.Store) (*ipam.Reservation, *ipam.Error) {
+	if _, err := asked(ctx); err != nil {
+		return nil, err
+	}
+	r := &ipam.Reservation{CIDR: cidr, Note: note, Since: 1_700_000_000, Held: []string{}}
+	if force {
+		r.Held = append(r.Held, "held")
+	}
+	return r, nil
+}
+
+func (module) Unreserve(ctx *ipam.Context, cidr string, _ ipam.Store) (*ipam.Reservation, *ipam.Error) {
+	if _, err := asked(ctx); err != nil {
+		return nil, err
+	}
+	return &ipam.Reservation{CIDR: cidr, Note: "was reserved", Since: 1_700_000_000}, nil
+}
+
+func (module) ReleaseNode(ctx *ipam.Context, node string, dryRun bool, _ ipam.Store) (*ipam.ReleaseReport, *ipam.Error) {
+	p, err := asked(ctx)
+	if err != nil || p.Release == nil {
+		return nil, err
+	}
+	report := *p.Release
+	report.Notes = append(append([]string{}, report.Notes...), fmt.Sprintf("node %s, dry run %v", node, dryRun))
+	return &report, nil
 }
 
 type storeOp struct {
