@@ -802,3 +802,50 @@ fn the_supply_chain_guide_runs_as_written() {
         }
     }
 }
+
+/// A module in Go travels as any module does: signed with minisign, pushed, pulled
+/// under a policy that requires the signature, and run by a node pinned to it.
+#[test]
+fn a_go_module_is_signed_pushed_pulled_and_run_like_any_other() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (key, public, id) = keypair(dir, "go-vendor");
+    let module = dir.join("static_go.wasm");
+    std::fs::copy(crate::static_go::go_static().module, &module).unwrap();
+    sign(&key, &module, None);
+    let pushed = push(
+        &module,
+        &oci("vendor/static-go:1.0"),
+        Some(&dir.join("static_go.wasm.minisig")),
+    );
+    assert!(pushed.contains(&format!("(key {id})")), "{pushed}");
+
+    let strict = policy(dir, "trust.json", true, &[&public]);
+    let (ok, out, err) = pull(
+        dir,
+        &oci("vendor/static-go:1.0"),
+        &["--trust-policy", strict.to_str().unwrap()],
+    );
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("trusted: signed by key {id}")),
+        "{out}"
+    );
+    let sha = sha256_hex(&module);
+    let pulled = dir.join("modules").join(format!("static-go-{sha}.wasm"));
+    assert_eq!(
+        std::fs::read(&pulled).unwrap(),
+        std::fs::read(&module).unwrap()
+    );
+
+    let node = Node::new();
+    let conf = node.netconf(
+        "1.1.0",
+        &pulled,
+        json!({"moduleSha256": sha, "trustPolicy": strict, "cacheDir": dir.join("cache"),
+               "addresses": [{"address": "10.72.0.5/24", "gateway": "10.72.0.1"}]}),
+    );
+    let reply = Call::new("ADD", "c1").run(&conf);
+    reply.ok();
+    assert_eq!(reply.address(), "10.72.0.5/24");
+}

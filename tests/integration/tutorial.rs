@@ -13,12 +13,12 @@
 //! - ```` ```output ```` right after a `sh` block — all that block prints on stdout,
 //!   line by line (runs of whitespace collapsed, blank lines ignored);
 //! - ```` ```output excerpt ```` — lines of it, each a whole line, in this order;
-//! - `<!-- part: NAME -->` starts a part (`rust`, `python`), each in a directory of its
+//! - `<!-- part: NAME -->` starts a part (`rust`, `python`, `go`), each in a directory of its
 //!   own. FILE and generated paths are relative to it.
 //!
 //! Needs root (the Rust part ends running `bridge` in a network namespace), as CI has,
-//! and componentize-py on PATH (scripts/test.sh installs it); the namespaces and links
-//! the tutorial makes are removed even when a step fails.
+//! and componentize-py, Go and wasm-tools on PATH (scripts/test.sh installs them); the
+//! namespaces and links the tutorial makes are removed even when a step fails.
 
 use crate::harness::*;
 use std::path::{Path, PathBuf};
@@ -256,11 +256,11 @@ fn run(part: &str) {
 }
 
 #[test]
-fn the_document_parses_into_both_parts() {
+fn the_document_parses_into_its_three_parts() {
     let doc = std::fs::read_to_string(workspace().join(DOC)).unwrap();
     let parts = parts(&doc);
     let names: Vec<&str> = parts.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names, ["rust", "python"]);
+    assert_eq!(names, ["rust", "python", "go"]);
     for (name, steps) in &parts {
         assert!(
             steps.iter().any(|s| matches!(s, Step::Generated { .. })),
@@ -326,4 +326,12 @@ fn the_rust_tutorial_runs_as_written() {
 fn the_python_tutorial_runs_as_written() {
     let _serial = exclusive();
     run("python");
+}
+
+/// Needs Go and wasm-tools on the PATH (scripts/test.sh puts them there).
+#[test]
+fn the_go_tutorial_runs_as_written() {
+    crate::go_sdk::go_toolchain();
+    let _serial = exclusive();
+    run("go");
 }

@@ -1,11 +1,12 @@
-//! `wasm-ipam new NAME [--lang rust|python]`: a module project that builds with one
+//! `wasm-ipam new NAME [--lang rust|python|go]`: a module project that builds with one
 //! command and passes its own unit test, so an author starts from a module that
 //! answers `wasm-ipam try` and changes it, rather than from `cargo init` and a list
 //! of things to know (the SDK's path, the crate type, the contract's WIT).
 //!
 //! The templates are in the binary (`new/`), so what it writes matches the contract
-//! this binary runs: the Rust crate depends on the SDK of the checkout the binary was
-//! built from (or `--sdk`), and the Python project carries this binary's WIT.
+//! this binary runs: the Rust crate and the Go module depend on the SDK of the checkout
+//! the binary was built from (or `--sdk`), and the Python project carries this
+//! binary's WIT.
 
 use crate::error::{CniError, code};
 use std::os::unix::fs::PermissionsExt;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 pub enum Lang {
     Rust,
     Python,
+    Go,
 }
 
 /// `wasm-ipam new`'s arguments.
@@ -25,14 +27,15 @@ pub struct New {
     pub name: String,
     #[arg(long, value_enum, default_value_t = Lang::Rust)]
     pub lang: Lang,
-    /// The SDK crate (`guest/` of a wasm-ipam checkout), for a Rust module. Default:
-    /// the one this binary was built with.
+    /// The SDK, for a Rust module (`guest/` of a wasm-ipam checkout) or a Go one
+    /// (`guest-go/`). Default: the one this binary was built with.
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }
 
-/// The SDK of the checkout this binary was built from.
+/// The SDKs of the checkout this binary was built from.
 const BUILT_WITH_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest");
+const BUILT_WITH_GO_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../guest-go");
 
 /// One file of a template: its path in the project, its text, whether it is run.
 struct Template {
@@ -72,6 +75,20 @@ const PYTHON: &[Template] = &[
     file(".gitignore", include_str!("new/python/gitignore")),
 ];
 
+const GO: &[Template] = &[
+    file("go.mod", include_str!("new/go/go.mod")),
+    file("main.go", include_str!("new/go/main.go")),
+    file("main_test.go", include_str!("new/go/main_test.go")),
+    Template {
+        path: "build.sh",
+        text: include_str!("new/go/build.sh"),
+        executable: true,
+    },
+    file("net.json", include_str!("new/go/net.json")),
+    file("README.md", include_str!("new/go/README.md")),
+    file(".gitignore", include_str!("new/go/gitignore")),
+];
+
 /// Makes the project in `./NAME`; answers what it wrote and what to run next, and a
 /// note naming the SDK a Rust crate uses.
 pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
@@ -100,11 +117,16 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
     let mut notes = Vec::new();
     let (templates, sdk) = match args.lang {
         Lang::Rust => {
-            let sdk = sdk_dir(args.sdk.as_deref())?;
+            let sdk = sdk_dir(args.sdk.as_deref(), &RUST_SDK)?;
             notes.push(format!("the SDK: {}", sdk.display()));
             (RUST, format!("path = {:?}", sdk.to_string_lossy()))
         }
         Lang::Python => (PYTHON, String::new()),
+        Lang::Go => {
+            let sdk = sdk_dir(args.sdk.as_deref(), &GO_SDK)?;
+            notes.push(format!("the SDK: {}", sdk.display()));
+            (GO, sdk.to_string_lossy().into_owned())
+        }
     };
     let mut text = format!("made {name}/:\n");
     for template in templates {
@@ -123,11 +145,20 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
             format!("cd {name}"),
             "cargo test".into(),
             "cargo build --target wasm32-wasip2 --release".into(),
-            format!("wasm-ipam try target/wasm32-wasip2/release/{lib}.wasm ADD --config net.json"),
+            format!(
+                "wasm-ipam try {}/wasm32-wasip2/release/{lib}.wasm ADD --config net.json",
+                cargo_target_dir(std::env::var("CARGO_TARGET_DIR").ok())
+            ),
         ],
         Lang::Python => &[
             format!("cd {name}"),
             "python3 -m unittest".into(),
+            "./build.sh".into(),
+            format!("wasm-ipam try {lib}.wasm ADD --config net.json"),
+        ],
+        Lang::Go => &[
+            format!("cd {name}"),
+            "go test ./...".into(),
             "./build.sh".into(),
             format!("wasm-ipam try {lib}.wasm ADD --config net.json"),
         ],
@@ -138,23 +169,57 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
     Ok((text, notes))
 }
 
-/// The SDK crate a Rust module depends on: `--sdk`, else the one this binary was
-/// built with, if it is still there.
-fn sdk_dir(given: Option<&Path>) -> Result<PathBuf, CniError> {
+/// Where cargo puts a crate's build, given `CARGO_TARGET_DIR`'s value: it when set (as
+/// cargo reads it), else `target` in the crate.
+fn cargo_target_dir(env: Option<String>) -> String {
+    env.filter(|dir| !dir.is_empty())
+        .unwrap_or_else(|| "target".into())
+}
+
+/// How an SDK is found and recognised.
+struct Sdk {
+    built_with: &'static str,
+    manifest: &'static str,
+    names: &'static str,
+    what: &'static str,
+    folder: &'static str,
+}
+
+const RUST_SDK: Sdk = Sdk {
+    built_with: BUILT_WITH_SDK,
+    manifest: "Cargo.toml",
+    names: "name = \"wasm-ipam-guest\"",
+    what: "the wasm-ipam-guest crate",
+    folder: "guest/",
+};
+
+const GO_SDK: Sdk = Sdk {
+    built_with: BUILT_WITH_GO_SDK,
+    manifest: "go.mod",
+    names: "module wasm-ipam.dev/guest-go",
+    what: "the Go SDK (module wasm-ipam.dev/guest-go)",
+    folder: "guest-go/",
+};
+
+/// The SDK a module depends on: `--sdk`, else the one this binary was built with, if
+/// it is still there.
+fn sdk_dir(given: Option<&Path>, sdk: &Sdk) -> Result<PathBuf, CniError> {
     let (dir, whence) = match given {
         Some(dir) => (dir.to_path_buf(), "--sdk"),
         None => (
-            PathBuf::from(BUILT_WITH_SDK),
+            PathBuf::from(sdk.built_with),
             "the SDK this binary was built with",
         ),
     };
-    let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap_or_default();
-    if !manifest.contains("name = \"wasm-ipam-guest\"") {
+    let manifest = std::fs::read_to_string(dir.join(sdk.manifest)).unwrap_or_default();
+    if !manifest.contains(sdk.names) {
         return Err(CniError::new(
             code::IO_FAILURE,
             format!(
-                "{whence}, {}, is not the wasm-ipam-guest crate; pass --sdk PATH (guest/ of a wasm-ipam checkout)",
-                dir.display()
+                "{whence}, {}, is not {}; pass --sdk PATH ({} of a wasm-ipam checkout)",
+                dir.display(),
+                sdk.what,
+                sdk.folder
             ),
         ));
     }
@@ -190,9 +255,23 @@ mod tests {
 
     #[test]
     fn the_sdk_this_binary_was_built_with_is_found() {
-        let sdk = sdk_dir(None).unwrap();
+        let sdk = sdk_dir(None, &RUST_SDK).unwrap();
         assert!(sdk.join("src/lib.rs").exists(), "{}", sdk.display());
-        let err = sdk_dir(Some(Path::new("/nonexistent"))).unwrap_err();
-        assert!(err.msg.contains("pass --sdk PATH"), "{}", err.msg);
+        let err = sdk_dir(Some(Path::new("/nonexistent")), &RUST_SDK).unwrap_err();
+        assert!(err.msg.contains("pass --sdk PATH (guest/"), "{}", err.msg);
+        let go = sdk_dir(None, &GO_SDK).unwrap();
+        assert!(go.join("build.sh").exists(), "{}", go.display());
+        let err = sdk_dir(Some(&sdk), &GO_SDK).unwrap_err();
+        assert!(err.msg.contains("is not the Go SDK"), "{}", err.msg);
+    }
+
+    #[test]
+    fn the_next_steps_follow_cargo_target_dir() {
+        assert_eq!(
+            cargo_target_dir(Some("/tmp/elsewhere".into())),
+            "/tmp/elsewhere"
+        );
+        assert_eq!(cargo_target_dir(Some(String::new())), "target");
+        assert_eq!(cargo_target_dir(None), "target");
     }
 }
