@@ -3,6 +3,10 @@ package ipam
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
 )
 
 // Context is what the defaults of CHECK and GC ask a module's Allocations with: the
@@ -48,7 +52,46 @@ func decodeIPAM(config string, v any) *Error {
 		return nil
 	}
 	if err := json.Unmarshal(conf.IPAM, v); err != nil {
-		return InvalidConfig("invalid ipam configuration: %v", err)
+		return InvalidConfig("%s", fieldError(conf.IPAM, v, err))
 	}
 	return nil
+}
+
+// fieldError says which key of the ipam section err is about, and its value, which
+// encoding/json's messages do not both say (`cannot unmarshal string into Go struct
+// field .n of type float64`; `ParseAddr("10.1.0.x"): unexpected character`):
+// `invalid ipam.n ("fast"): ...`. A key is found by decoding each key alone into a
+// fresh v.
+func fieldError(section json.RawMessage, v any, err error) string {
+	var keys map[string]json.RawMessage
+	target := reflect.TypeOf(v)
+	if json.Unmarshal(section, &keys) != nil || target.Kind() != reflect.Pointer {
+		return "invalid ipam: " + err.Error()
+	}
+	names := make([]string, 0, len(keys))
+	for key := range keys {
+		names = append(names, key)
+	}
+	sort.Strings(names)
+	for _, key := range names {
+		alone, _ := json.Marshal(map[string]json.RawMessage{key: keys[key]})
+		if keyErr := json.Unmarshal(alone, reflect.New(target.Elem()).Interface()); keyErr != nil {
+			value := string(keys[key])
+			if len(value) > 80 {
+				value = value[:77] + "..."
+			}
+			return fmt.Sprintf("invalid ipam.%s (%s): %s", key, value, describe(keyErr))
+		}
+	}
+	return "invalid ipam: " + describe(err)
+}
+
+// describe is encoding/json's message without the Go type names a module's user does
+// not know: a type mismatch says what the JSON value is and what the key takes.
+func describe(err error) string {
+	var mismatch *json.UnmarshalTypeError
+	if errors.As(err, &mismatch) {
+		return fmt.Sprintf("a %s where %s is expected", mismatch.Value, mismatch.Type)
+	}
+	return err.Error()
 }

@@ -1,13 +1,14 @@
 package ipam
 
 import (
+	"net/netip"
 	"reflect"
 	"testing"
 )
 
 // two hands out `10.0.0.<n>` from a store of `a/<n>` → `id\r\nifname`; a value of the
-// id alone is a legacy allocation, which a DEL for the id releases. It leaves CHECK,
-// GC and STATUS to the SDK's defaults, as the Rust SDK's tests' module does.
+// id alone is a legacy allocation, which a DEL for the id releases. It leaves CHECK
+// and GC to the SDK's defaults, as the Rust SDK's tests' module does.
 type two struct{}
 
 func (two) Add(req *Request, store Store) (*Result, *Error) {
@@ -136,6 +137,23 @@ func TestABareModuleSaysWhatItCannotDo(t *testing.T) {
 	}
 	if err := CollectGarbage(bare{}, request(CmdGC, "", ""), nil, store); err == nil || err.Msg != "cannot collect garbage: this module does not report allocations" {
 		t.Errorf("GC: %+v", err)
+	}
+}
+
+func TestAValueThatDoesNotFitIsNamedByItsKeyAndValue(t *testing.T) {
+	var v struct {
+		Start netip.Addr `json:"start"`
+		Speed float64    `json:"speed"`
+	}
+	r := request(CmdAdd, "c", "eth0")
+	for config, want := range map[string]string{
+		`{"ipam": {"start": "10.99.0.x"}}`:                 `invalid ipam.start ("10.99.0.x"): ParseAddr("10.99.0.x"): unexpected character (at "x")`,
+		`{"ipam": {"start": "10.0.0.1", "speed": "fast"}}`: `invalid ipam.speed ("fast"): a string where float64 is expected`,
+	} {
+		r.Config = config
+		if err := r.IPAM(&v); err == nil || err.Code != CodeInvalidNetworkConfig || err.Msg != want {
+			t.Errorf("%s: %+v", config, err)
+		}
 	}
 }
 

@@ -49,10 +49,44 @@ pub(crate) fn parse_config(text: &str) -> Result<Value, Error> {
 
 /// The configuration's `ipam` section deserialised into `T` (a missing section is
 /// `null`); a mismatch is code 7.
+/// Decodes the `ipam` section into `T`. A value that does not fit is code 7 naming the
+/// key's path and the value, which serde's own message may not (`invalid IPv4 address
+/// syntax`): `invalid ipam.ranges[0].start ("10.1.0.x"): invalid IPv4 address syntax`.
 pub(crate) fn ipam_section<T: DeserializeOwned>(config: &Value) -> Result<T, Error> {
-    let ipam = config.get("ipam").cloned().unwrap_or(Value::Null);
-    serde_json::from_value(ipam)
-        .map_err(|e| Error::invalid_config(format!("invalid ipam configuration: {e}")))
+    let ipam = config.get("ipam").unwrap_or(&Value::Null);
+    serde_path_to_error::deserialize(ipam).map_err(|e| {
+        let path = e.path().to_string();
+        let at = match path.as_str() {
+            "." => "ipam".to_string(),
+            _ => format!("ipam.{path}"),
+        };
+        let inner = e.into_inner().to_string();
+        let value = value_at(ipam, &path)
+            .filter(|v| !v.is_object() && !v.is_array())
+            .map(Value::to_string)
+            .filter(|shown| !inner.contains(shown.trim_matches('"')));
+        match value {
+            Some(value) => Error::invalid_config(format!("invalid {at} ({value}): {inner}")),
+            None => Error::invalid_config(format!("invalid {at}: {inner}")),
+        }
+    })
+}
+
+/// The value at a path as serde_path_to_error prints it (`a.b[2].c`).
+fn value_at<'a>(mut value: &'a Value, path: &str) -> Option<&'a Value> {
+    if path == "." {
+        return Some(value);
+    }
+    for part in path.split('.') {
+        let (key, indexes) = part.split_once('[').unwrap_or((part, ""));
+        if !key.is_empty() {
+            value = value.get(key)?;
+        }
+        for index in indexes.split('[').filter(|i| !i.is_empty()) {
+            value = value.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(value)
 }
 
 impl Request {
@@ -242,4 +276,52 @@ pub fn annotated_ips_in(config: &Value) -> Result<Vec<std::net::IpAddr>, Error> 
         return Err(bad());
     }
     Ok(ips)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::net::Ipv4Addr;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Range {
+        start: Ipv4Addr,
+        #[serde(default)]
+        speed: f64,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Ranges {
+        ranges: Vec<Range>,
+    }
+
+    #[test]
+    fn a_value_that_does_not_fit_is_named_by_its_path_and_value() {
+        let err = ipam_section::<Range>(&json!({"ipam": {"start": "10.99.0.x"}})).unwrap_err();
+        assert_eq!(err.code, crate::error::code::INVALID_NETWORK_CONFIG);
+        assert_eq!(
+            err.msg,
+            r#"invalid ipam.start ("10.99.0.x"): invalid IPv4 address syntax"#
+        );
+        // serde's message names the value already: not twice.
+        let err = ipam_section::<Range>(&json!({"ipam": {"start": "10.0.0.1", "speed": "fast"}}))
+            .unwrap_err();
+        assert_eq!(
+            err.msg,
+            r#"invalid ipam.speed: invalid type: string "fast", expected f64"#
+        );
+        let err = ipam_section::<Ranges>(
+            &json!({"ipam": {"ranges": [{"start": "10.0.0.1"}, {"start": "300.0.0.1"}]}}),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.msg,
+            r#"invalid ipam.ranges[1].start ("300.0.0.1"): invalid IPv4 address syntax"#
+        );
+        let err = ipam_section::<Range>(&json!({"ipam": {}})).unwrap_err();
+        assert_eq!(err.msg, "invalid ipam: missing field `start`");
+    }
 }

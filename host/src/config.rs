@@ -380,8 +380,15 @@ impl NetConf {
             Some(_) => return Err(CniError::config("ipam must be an object")),
             None => return Err(CniError::config("missing ipam")),
         };
-        let raw: RawHostIpam = serde_json::from_value(ipam_json)
-            .map_err(|e| CniError::config(format!("invalid ipam configuration: {e}")))?;
+        // The key's path in the message (`ipam.store.endpoints[0]: ...`): serde's own
+        // names the value but not where it is.
+        let raw: RawHostIpam = serde_path_to_error::deserialize(&ipam_json).map_err(|e| {
+            let at = match e.path().to_string() {
+                root if root == "." => "ipam".to_string(),
+                path => format!("ipam.{path}"),
+            };
+            CniError::config(format!("invalid {at}: {}", e.into_inner()))
+        })?;
         let ipam = HostIpamConfig::from_raw(raw)?;
         let prev_result = json.get("prevResult").map(Value::to_string);
         Ok(NetConf {
@@ -631,6 +638,24 @@ mod tests {
         assert_eq!(conf.ipam.limits, Limits::default());
         assert_eq!(conf.ipam.lock_timeout, None);
         assert_eq!(conf.ipam.store, StoreConfig::Embedded);
+    }
+
+    #[test]
+    fn a_key_of_the_wrong_type_is_named_with_its_path_and_value() {
+        let err = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"/m.wasm","deadlineSeconds":"fast"}}"#).unwrap_err();
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert_eq!(
+            err.msg,
+            r#"invalid ipam.deadlineSeconds: invalid type: string "fast", expected f64"#
+        );
+        let err = parse(r#"{"cniVersion":"1.0.0","name":"n","ipam":{"module":"/m.wasm","store":{"type":"etcd","endpoints":["https://a:2379",7]}}}"#).unwrap_err();
+        // Within the store's tagged union, serde buffers the value: the path stops at
+        // the union, the message still names the value.
+        assert!(
+            err.msg.starts_with("invalid ipam.store: invalid type: integer `7`"),
+            "{}",
+            err.msg
+        );
     }
 
     #[test]
