@@ -652,7 +652,8 @@ mod tests {
         // Within the store's tagged union, serde buffers the value: the path stops at
         // the union, the message still names the value.
         assert!(
-            err.msg.starts_with("invalid ipam.store: invalid type: integer `7`"),
+            err.msg
+                .starts_with("invalid ipam.store: invalid type: integer `7`"),
             "{}",
             err.msg
         );

@@ -357,14 +357,40 @@ fn refused_pulls_write_nothing() {
     let strict = policy(dir, "trust.json", true, &[&public_a]);
     let with_policy = ["--trust-policy", strict.to_str().unwrap()];
 
-    // Unsigned, under a policy that requires a signature.
-    release(dir, "unsigned", None);
+    // Unsigned, under a policy that requires a signature: the registry has none.
+    let unsigned = release(dir, "unsigned", None);
     assert_refused(
         dir,
         &oci("vendor/unsigned:1"),
         &with_policy,
-        "has no signature",
+        "the registry holds no signature for manifest sha256:",
     );
+    let pushed = push(&unsigned, &oci("vendor/unsigned:2"), None);
+    assert!(
+        pushed.contains("unsigned  nodes whose trust policy requires a signature refuse it"),
+        "{pushed}"
+    );
+
+    // By the module's own sha256 (what ipam.moduleSha256 pins), not the manifest's.
+    let by_module_sha = format!(
+        "{}@sha256:{}",
+        oci("vendor/unsigned"),
+        sha256_hex(&unsigned)
+    );
+    assert_refused(
+        dir,
+        &by_module_sha,
+        &[],
+        "is a blob in vendor/unsigned (a module's own sha256, as ipam.moduleSha256 pins it), not a manifest",
+    );
+    let manifest = pushed
+        .lines()
+        .find_map(|l| l.strip_prefix("pull      "))
+        .and_then(|l| l.strip_suffix(" (the manifest's digest)"))
+        .unwrap_or_else(|| panic!("no pull line: {pushed}"));
+    let (ok, _, err) = pull(dir, manifest, &[]);
+    assert!(ok, "pull by the manifest's digest: {err}");
+    std::fs::remove_dir_all(dir.join("modules")).unwrap();
 
     // Signed by a key the policy does not trust.
     release(dir, "other-key", Some(&key_b));

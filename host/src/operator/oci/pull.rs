@@ -91,7 +91,21 @@ pub fn pull(args: &Pull, limits: &Limits) -> Result<Pulled, CniError> {
     let path = args.module_dir.join(&file_name);
     // Judged before anything is written: the first signature the policies accept,
     // else (no policy) the first one there is.
-    let (signature, verdict) = choose(&policies, &path, &fetched)?;
+    let (signature, verdict) = choose(&policies, &path, &fetched).map_err(|refused| {
+        match fetched.signatures.is_empty() {
+            // The policy's own message names the local `.minisig` a call would read;
+            // at a pull the signature would have come from the registry.
+            true => CniError::new(
+                refused.code,
+                format!(
+                    "{}: the registry holds no signature for manifest {}, and a trust policy requires one: the publisher signs the module (minisign -Sm MODULE) and pushes it with --signature",
+                    args.reference, fetched.manifest_digest
+                ),
+            )
+            .with_details(refused.msg),
+            false => refused,
+        }
+    })?;
     write(&args.module_dir, &path, &fetched.module, signature)?;
     let compiled = ModuleCache::open(&args.cache_dir)
         .map_err(|e| CniError::new(code::IO_FAILURE, e.0))
@@ -252,10 +266,29 @@ async fn manifest(
     media_type: &str,
     shown: &str,
 ) -> Result<(Value, String), CniError> {
-    let (bytes, _) = client
+    let fetched = client
         .pull_manifest_raw(reference, auth, &[media_type])
-        .await
-        .map_err(|e| oci::registry_error(format!("cannot fetch the manifest of {shown}"), e))?;
+        .await;
+    let (bytes, _) = match (fetched, reference.digest()) {
+        (Ok(fetched), _) => fetched,
+        // A digest that names a blob (the module's own sha256, as `ipam.moduleSha256`
+        // pins it), not a manifest: some registries answer 500 UNKNOWN.
+        (Err(e), Some(digest)) if client.blob_exists(reference, digest).await.unwrap_or(false) => {
+            return Err(oci::registry_error(
+                format!(
+                    "{digest} is a blob in {} (a module's own sha256, as ipam.moduleSha256 pins it), not a manifest: pull by tag, or by the manifest digest `wasm-ipam push` printed (its `pull` line)",
+                    reference.repository()
+                ),
+                e,
+            ));
+        }
+        (Err(e), _) => {
+            return Err(oci::registry_error(
+                format!("cannot fetch the manifest of {shown}"),
+                e,
+            ));
+        }
+    };
     if bytes.len() > oci::MANIFEST_MAX {
         return Err(CniError::new(
             code::MODULE_REJECTED,

@@ -127,9 +127,17 @@ async fn publish(
     .expect("serialisable");
     let manifest_digest = oci::digest(&manifest);
     put_manifest(&client, reference, manifest.clone(), oci::MANIFEST, &shown).await?;
+    // Two digests, often confused: the manifest's (what a pull by digest names) and
+    // the module file's (what `ipam.moduleSha256` pins).
+    let pull_by_digest = Reference::with_digest(
+        reference.registry().to_string(),
+        reference.repository().to_string(),
+        manifest_digest.clone(),
+    );
     let mut out = format!(
-        "pushed    {}\nmodule    {} (sha256 {})\n",
+        "pushed    {}\npull      {} (the manifest's digest)\nmodule    {} (sha256 {}: the file's, which ipam.moduleSha256 pins)\n",
         oci::display(reference, Some(&manifest_digest)),
+        oci::display(&pull_by_digest, None),
         path.display(),
         oci::sha256_hex(&layer.digest).unwrap_or_default()
     );
@@ -146,6 +154,8 @@ async fn publish(
             signature.key_id(),
             manifest_digest
         );
+    } else {
+        out += "unsigned  nodes whose trust policy requires a signature refuse it: sign it (minisign -Sm MODULE) and push again with --signature\n";
     }
     Ok(out)
 }
