@@ -38,13 +38,8 @@ use crate::{
 /// Put [`#[ipam_module]`](crate::ipam_module) on the impl: it records which functions
 /// the impl writes, so the module tells `wasm-ipam inspect` which answers are its own
 /// and which are the defaults above ([`capabilities`](crate::capabilities)). Without
-/// it the impl lacks `IMPLEMENTED_BY_MODULE` and does not compile.
-pub trait IpamModule {
-    /// The functions the impl block defines, by name; written by
-    /// [`#[ipam_module]`](crate::ipam_module), never by hand.
-    #[doc(hidden)]
-    const IMPLEMENTED_BY_MODULE: &'static [&'static str];
-
+/// it the type lacks [`ImplementedByModule`] and the compiler says to add it.
+pub trait IpamModule: ImplementedByModule {
     /// Allocates addresses for `request.container_id()` / `request.ifname()`.
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error>;
 
@@ -214,6 +209,18 @@ pub trait IpamModule {
             .map(PoolUsage::from_pool)
             .collect())
     }
+}
+
+/// Which functions a type's `impl IpamModule` block defines, by name: implemented by
+/// [`#[ipam_module]`](crate::ipam_module) on that block, never by hand.
+#[diagnostic::on_unimplemented(
+    message = "`impl IpamModule for {Self}` needs #[ipam_module] on it",
+    label = "put #[wasm_ipam_guest::ipam_module] on the `impl IpamModule for {Self}` block",
+    note = "#[ipam_module] records which functions the impl writes, so `wasm-ipam inspect` can tell them from the SDK's defaults"
+)]
+pub trait ImplementedByModule {
+    #[doc(hidden)]
+    const IMPLEMENTED_BY_MODULE: &'static [&'static str];
 }
 
 /// Whether `allocation` is the attachment's; one with an empty `ifname` (the module

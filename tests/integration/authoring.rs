@@ -117,3 +117,51 @@ fn new_refuses_a_bad_name_and_an_existing_directory() {
     let script = std::fs::read_to_string(build).unwrap();
     assert!(script.contains("-o \"$here/py_mod.wasm\""), "{script}");
 }
+
+/// A Rust module made by `new`, with one line removed, built as the tutorial builds
+/// (its target dir shared with the tutorial's): what the author reads must name the fix.
+fn build_without(dir: &Path, name: &str, line: &str) -> (bool, String) {
+    let (ok, stdout, stderr) = run(dir, dir, &["new", name]);
+    assert!(ok, "{stdout} {stderr}");
+    let lib = dir.join(name).join("src/lib.rs");
+    let text = std::fs::read_to_string(&lib).unwrap();
+    assert!(text.contains(line), "the template no longer has {line:?}");
+    std::fs::write(&lib, text.replace(line, "")).unwrap();
+    let out = Command::new("cargo")
+        .args(["build", "--target", "wasm32-wasip2", "--release", "--quiet"])
+        .current_dir(dir.join(name))
+        .env("CARGO_TARGET_DIR", workspace().join("target/tutorial"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_module_without_the_sdk_attribute_or_export_macro_is_told_the_fix() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stderr) = build_without(dir.path(), "no-attribute", "#[ipam_module]\n");
+    assert!(!ok, "built without #[ipam_module]");
+    assert!(
+        stderr.contains("`impl IpamModule for Module` needs #[ipam_module] on it"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("IMPLEMENTED_BY_MODULE"), "{stderr}");
+
+    let (ok, stderr) = build_without(dir.path(), "no-export", "export_module!(Module);\n");
+    assert!(ok, "{stderr}");
+    let module = workspace().join("target/tutorial/wasm32-wasip2/release/no_export.wasm");
+    let (ok, stdout, stderr) = run(
+        dir.path(),
+        dir.path(),
+        &["try", module.to_str().unwrap(), "ADD"],
+    );
+    assert!(!ok, "{stdout}");
+    assert!(
+        stdout.contains("it exports nothing: a Rust module ends with `export_module!(Type);`"),
+        "{stdout} {stderr}"
+    );
+}

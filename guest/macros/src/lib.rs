@@ -8,16 +8,18 @@
 //! compiler checks the impl itself, as written. A function a macro call inside the
 //! block would define is not seen, and is reported as the SDK's default.
 
-use proc_macro::{Delimiter, Group, TokenStream, TokenTree};
+use proc_macro::{Delimiter, TokenStream, TokenTree};
 
-/// Adds `const IMPLEMENTED_BY_MODULE: &[&str]`, the names of the functions the impl
-/// block defines, to the `impl IpamModule for T` block it is put on.
+/// Implements `ImplementedByModule` for T, the type of the `impl IpamModule for T`
+/// block it is put on: `IMPLEMENTED_BY_MODULE`, the names of the functions the block
+/// defines. Without it `IpamModule`'s supertrait is missing, and the compiler says to
+/// put `#[ipam_module]` there.
 #[proc_macro_attribute]
 pub fn ipam_module(attr: TokenStream, item: TokenStream) -> TokenStream {
     if !attr.is_empty() {
         return error("#[ipam_module] takes no arguments");
     }
-    let mut tokens: Vec<TokenTree> = item.into_iter().collect();
+    let tokens: Vec<TokenTree> = item.into_iter().collect();
     let is_impl = tokens
         .iter()
         .any(|t| matches!(t, TokenTree::Ident(i) if i.to_string() == "impl"));
@@ -35,18 +37,51 @@ pub fn ipam_module(attr: TokenStream, item: TokenStream) -> TokenStream {
             _ => None,
         })
         .collect();
+    // The same header with the trait named `ImplementedByModule`: `impl<G> TRAIT for
+    // TYPE where ...` keeps its generics, its type and its bounds.
+    let Some(impl_at) = tokens
+        .iter()
+        .position(|t| matches!(t, TokenTree::Ident(i) if i.to_string() == "impl"))
+    else {
+        return error("#[ipam_module] goes on an `impl IpamModule for T { ... }` block");
+    };
+    let mut trait_at = impl_at + 1;
+    if matches!(tokens.get(trait_at), Some(TokenTree::Punct(p)) if p.as_char() == '<') {
+        let mut depth = 0;
+        for (i, t) in tokens.iter().enumerate().skip(trait_at) {
+            match t {
+                TokenTree::Punct(p) if p.as_char() == '<' => depth += 1,
+                TokenTree::Punct(p) if p.as_char() == '>' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                trait_at = i + 1;
+                break;
+            }
+        }
+    }
+    let Some(for_at) = tokens
+        .iter()
+        .position(|t| matches!(t, TokenTree::Ident(i) if i.to_string() == "for"))
+    else {
+        return error("#[ipam_module] goes on an `impl IpamModule for T { ... }` block");
+    };
+    let body_at = tokens.len() - 1;
     let recorded: TokenStream = format!(
-        "#[doc(hidden)] const IMPLEMENTED_BY_MODULE: &'static [&'static str] = &[{}];",
+        "{{ const IMPLEMENTED_BY_MODULE: &'static [&'static str] = &[{}]; }}",
         names.join(", ")
     )
     .parse()
     .expect("a constant item parses");
-    let mut stream = body.stream();
-    stream.extend(recorded);
-    let mut group = Group::new(Delimiter::Brace, stream);
-    group.set_span(body.span());
-    *tokens.last_mut().expect("checked above") = TokenTree::Group(group);
-    tokens.into_iter().collect()
+    let trait_path: TokenStream = "::wasm_ipam_guest::ImplementedByModule"
+        .parse()
+        .expect("a path parses");
+    let mut out: TokenStream = tokens.iter().cloned().collect();
+    out.extend(tokens[impl_at..trait_at].iter().cloned());
+    out.extend(trait_path);
+    out.extend(tokens[for_at..body_at].iter().cloned());
+    out.extend(recorded);
+    out
 }
 
 fn error(message: &str) -> TokenStream {

@@ -203,7 +203,10 @@ impl Interfaces {
                 format!(
                     "does not export a cni:ipam/handler the host runs (0.2.0 to {current}, or 0.1.0)"
                 ),
-                format!("it exports: {}", self.exports.join(", ")),
+                match self.exports.is_empty() {
+                    true => "it exports nothing: a Rust module ends with `export_module!(Type);` (wasm-ipam-guest), a Go module calls ipam.Export from an init function and is built by guest-go/build.sh, a Python one is componentized for world ipam-module".into(),
+                    false => format!("it exports: {}", self.exports.join(", ")),
+                },
             ));
         }
         None
