@@ -165,3 +165,41 @@ fn a_module_without_the_sdk_attribute_or_export_macro_is_told_the_fix() {
         "{stdout} {stderr}"
     );
 }
+
+/// `inspect` by a user who is not root: the default cache is root's, and the refusal
+/// names the flags that let the user go on.
+#[test]
+fn inspect_by_a_user_without_the_cache_names_the_flags() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let module = dir.path().join("minimal.wasm");
+    std::fs::copy(minimal_module(), &module).unwrap();
+    std::fs::set_permissions(&module, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let roots = dir.path().join("roots-cache");
+    std::fs::create_dir(&roots).unwrap();
+    std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let as_nobody = |extra: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(bin())
+            .args(["inspect", module.to_str().unwrap()])
+            .args(extra)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let refused = as_nobody(&["--cache-dir", roots.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(
+        stderr.contains("pass --cache-dir DIR (one of your own) or --no-cache"),
+        "{stderr}"
+    );
+    let uncached = as_nobody(&["--no-cache"]);
+    assert!(
+        uncached.status.success(),
+        "{}",
+        String::from_utf8_lossy(&uncached.stderr)
+    );
+}

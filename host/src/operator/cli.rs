@@ -726,10 +726,10 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             let cache = if no_cache {
                 None
             } else {
-                Some(
-                    ModuleCache::open(&cache_dir)
-                        .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?,
-                )
+                Some(open_cache(
+                    &cache_dir,
+                    "--cache-dir DIR (one of your own) or --no-cache",
+                )?)
             };
             let report = describe::describe(
                 &module,
@@ -754,8 +754,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             cache_dir,
             compile,
         } => {
-            let cache = ModuleCache::open(&cache_dir)
-                .map_err(|e| CniError::new(crate::error::code::IO_FAILURE, e.0))?;
+            let cache = open_cache(&cache_dir, "--cache-dir DIR (one of your own)")?;
             let limits = compile.limits()?;
             let loaded = ModuleHost::new()?.load(
                 &module,
@@ -1030,4 +1029,15 @@ fn store_action(action: StoreAction) -> Result<String, CniError> {
             ))
         }
     }
+}
+
+/// The cache an operator command compiles into: one it cannot use (the default one,
+/// root's, for a user who is not root) is an error that names the flag to pass.
+fn open_cache(dir: &Path, instead: &str) -> Result<ModuleCache, CniError> {
+    ModuleCache::open(dir).map_err(|e| {
+        CniError::new(
+            crate::error::code::IO_FAILURE,
+            format!("{}: pass {instead}", e.0),
+        )
+    })
 }
