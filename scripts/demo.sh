@@ -12,7 +12,7 @@ if ! command -v protoc >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >/dev/null
 fi
 cargo build --release -p wasm-ipam
-# The compiler, built on its own so the per-call binary carries none (README, "Packaging").
+# The compiler, built on its own so the per-call binary carries none (docs/install.md, "1. Build").
 cargo build --release -p wasm-ipam-compiler
 cargo build --release --target wasm32-wasip2 -p host-local
 

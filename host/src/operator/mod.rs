@@ -7,6 +7,7 @@ pub mod ask;
 pub mod cli;
 pub mod cni_versions;
 pub mod describe;
+mod doc_commands;
 pub mod forget;
 pub mod gc;
 pub mod import;
