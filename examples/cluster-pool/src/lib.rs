@@ -82,14 +82,16 @@ impl Conf {
 #[derive(Serialize, Deserialize, Default)]
 struct Block {
     node: String,
-    ips: BTreeMap<IpAddr, Holder>,
+    ips: BTreeMap<IpAddr, AddressHolder>,
     /// Since when it has held nothing, for the grace rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     empty_since: Option<u64>,
 }
 
+/// Who holds an address of a block: the attachment, its node, since when, and for a
+/// sticky pod its identity and how long the address stays kept after its DEL.
 #[derive(Serialize, Deserialize, Clone)]
-struct Holder {
+struct AddressHolder {
     id: String,
     ifname: String,
     node: String,
@@ -110,9 +112,9 @@ impl Block {
     }
 }
 
-/// An attachment's addresses.
+/// An attachment's addresses (its record under the attachment's key).
 #[derive(Serialize, Deserialize)]
-struct Own {
+struct AttachmentAddresses {
     ips: Vec<IpAddr>,
     since: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -120,6 +122,13 @@ struct Own {
     /// Those of `ips` in another node's block when handed out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     borrowed: Vec<IpAddr>,
+}
+
+/// An address handed to an attachment, and whether it lies in another node's block.
+#[derive(Clone, Copy)]
+struct Handed {
+    ip: IpAddr,
+    borrowed: bool,
 }
 
 /// Addresses kept for a pod identity until `until`.
@@ -288,7 +297,7 @@ impl<S: Store> Call<'_, S> {
         &mut self,
         range: &Range,
         block_net: IpNet,
-        holder: &Holder,
+        holder: &AddressHolder,
         owner: Option<&str>,
     ) -> Result<Option<IpAddr>, Error> {
         let key = block_key(block_net);
@@ -384,17 +393,20 @@ impl<S: Store> Call<'_, S> {
 
     /// The next free address for this node in `range` of pool `pool`: in its own
     /// blocks, else in a block it claims now, else (unless `strictAffinity`) borrowed
-    /// from another node's block. Answers the address and whether it is borrowed.
-    fn next(
+    /// from another node's block.
+    fn next_address(
         &mut self,
         pool: &str,
         range: &Range,
-        holder: &Holder,
-    ) -> Result<(IpAddr, bool), Error> {
+        holder: &AddressHolder,
+    ) -> Result<Handed, Error> {
         let mine = self.my_blocks(range);
         for &block_net in &mine {
             if let Some(ip) = self.take_free(range, block_net, holder, Some(self.node))? {
-                return Ok((ip, false));
+                return Ok(Handed {
+                    ip,
+                    borrowed: false,
+                });
             }
         }
         let at_limit = self.conf.max_blocks.is_some_and(|max| mine.len() >= max);
@@ -416,7 +428,10 @@ impl<S: Store> Call<'_, S> {
             };
             block.ips.insert(ip, holder.clone());
             write(self.store, &block_key(block_net), &block)?;
-            return Ok((ip, false));
+            return Ok(Handed {
+                ip,
+                borrowed: false,
+            });
         }
         let why = if at_limit {
             format!(
@@ -435,7 +450,7 @@ impl<S: Store> Call<'_, S> {
             ));
         }
         match self.borrow(range, &mine, holder)? {
-            Some(ip) => Ok((ip, true)),
+            Some(ip) => Ok(Handed { ip, borrowed: true }),
             None => Err(Error::new(
                 codes::EXHAUSTED,
                 format!(
@@ -451,7 +466,7 @@ impl<S: Store> Call<'_, S> {
         &mut self,
         range: &Range,
         mine: &[IpNet],
-        holder: &Holder,
+        holder: &AddressHolder,
     ) -> Result<Option<IpAddr>, Error> {
         let claimed: Vec<IpNet> = read::<BTreeSet<IpNet>>(self.store, &pool_key(range))?
             .unwrap_or_default()
@@ -539,7 +554,7 @@ impl<S: Store> Call<'_, S> {
 
     /// A requested address: taken if free, in whichever node's block holds it (then
     /// borrowed). Its unclaimed block is claimed, within `maxBlocksPerNode`.
-    fn take(&mut self, range: &Range, ip: IpAddr, holder: &Holder) -> Result<bool, Error> {
+    fn take(&mut self, range: &Range, ip: IpAddr, holder: &AddressHolder) -> Result<bool, Error> {
         let block_net = range.block_of(ip).expect("the range holds it");
         if !range.addresses(block_net).any(|a| a == ip) {
             return Err(Error::invalid_config(format!(
@@ -598,8 +613,7 @@ impl<S: Store> Call<'_, S> {
     }
 
     /// The pod's kept addresses, if its retention has not run out: taken back.
-    /// Answers each address and whether it is borrowed (another node's block).
-    fn reclaim(&mut self, identity: &str, holder: &Holder) -> Result<Vec<(IpAddr, bool)>, Error> {
+    fn reclaim(&mut self, identity: &str, holder: &AddressHolder) -> Result<Vec<Handed>, Error> {
         let key = sticky_key(identity);
         let Some(sticky) = read::<Sticky>(self.store, &key)? else {
             return Ok(Vec::new());
@@ -638,7 +652,10 @@ impl<S: Store> Call<'_, S> {
                 block.ips.insert(ip, holder.clone());
                 block.empty_since = None;
                 write(self.store, &block_key, &block)?;
-                back.push((ip, block.node != self.node));
+                back.push(Handed {
+                    ip,
+                    borrowed: block.node != self.node,
+                });
             }
         }
         Ok(back)
@@ -673,7 +690,7 @@ impl<S: Store> Call<'_, S> {
     fn release_attachment(&mut self, id: &str, ifname: &str) -> Result<Vec<IpAddr>, Error> {
         let key = own_key(self.node, id, ifname);
         let mut released = Vec::new();
-        if let Some(own) = read::<Own>(self.store, &key)? {
+        if let Some(own) = read::<AttachmentAddresses>(self.store, &key)? {
             released.clone_from(&own.ips);
             // The pool's stickiness now (an operator may have turned it off since).
             let seconds = own
@@ -896,7 +913,7 @@ impl<S: Store> Call<'_, S> {
                 continue;
             }
             let own_key = own_key(taker, &h.id, &h.ifname);
-            if let Some(mut own) = read::<Own>(self.store, &own_key)?
+            if let Some(mut own) = read::<AttachmentAddresses>(self.store, &own_key)?
                 && own.borrowed.contains(ip)
             {
                 own.borrowed.retain(|b| b != ip);
@@ -981,12 +998,12 @@ fn add_attachment(request: &Request, store: &mut impl Store) -> Result<IpamResul
     let now = request.lock_granted_at().seconds;
     let (id, ifname) = (request.container_id(), request.ifname());
     let key = own_key(node, id, ifname);
-    if let Some(own) = read::<Own>(store, &key)? {
+    if let Some(own) = read::<AttachmentAddresses>(store, &key)? {
         return Ok(result(&conf, &own.ips, &own.borrowed));
     }
     let pool = select::pool_for(&conf, request)?;
     let identity = identity(request, pool)?;
-    let holder = Holder {
+    let holder = AddressHolder {
         id: id.to_string(),
         ifname: ifname.to_string(),
         node: node.to_string(),
@@ -1008,12 +1025,12 @@ fn add_attachment(request: &Request, store: &mut impl Store) -> Result<IpamResul
     }
     let mut call = Call::new(store, &conf, node, now);
     // Each address and whether it is borrowed from another node's block.
-    let mut got: Vec<(IpAddr, bool)> = Vec::new();
+    let mut got: Vec<Handed> = Vec::new();
     if let Some(identity) = &identity {
         got = call.reclaim(identity, &holder)?;
     }
     for ip in requested {
-        if got.iter().any(|(held, _)| *held == ip) {
+        if got.iter().any(|h| h.ip == ip) {
             continue;
         }
         let range = pool
@@ -1026,19 +1043,22 @@ fn add_attachment(request: &Request, store: &mut impl Store) -> Result<IpamResul
                     pool.name
                 ))
             })?;
-        got.push((ip, call.take(range, ip, &holder)?));
+        got.push(Handed {
+            ip,
+            borrowed: call.take(range, ip, &holder)?,
+        });
     }
     for range in &pool.ranges {
         if !got
             .iter()
-            .any(|(ip, _)| ip.is_ipv4() == range.cidr.addr().is_ipv4())
+            .any(|h| h.ip.is_ipv4() == range.cidr.addr().is_ipv4())
         {
-            got.push(call.next(&pool.name, range, &holder)?);
+            got.push(call.next_address(&pool.name, range, &holder)?);
         }
     }
-    let ips: Vec<IpAddr> = got.iter().map(|(ip, _)| *ip).collect();
-    let borrowed: Vec<IpAddr> = got.iter().filter(|(_, b)| *b).map(|(ip, _)| *ip).collect();
-    let own = Own {
+    let ips: Vec<IpAddr> = got.iter().map(|h| h.ip).collect();
+    let borrowed: Vec<IpAddr> = got.iter().filter(|h| h.borrowed).map(|h| h.ip).collect();
+    let own = AttachmentAddresses {
         ips: ips.clone(),
         since: now,
         identity,
@@ -1085,7 +1105,7 @@ impl IpamModule for ClusterPool {
             request.container_id(),
             request.ifname(),
         );
-        match read::<Own>(store, &key)? {
+        match read::<AttachmentAddresses>(store, &key)? {
             Some(_) => Ok(()),
             None => Err(Error::new(
                 code::MODULE_SPECIFIC,
@@ -1167,7 +1187,7 @@ impl IpamModule for ClusterPool {
             else {
                 continue;
             };
-            let own: Own = decode(&key, &value)?;
+            let own: AttachmentAddresses = decode(&key, &value)?;
             for ip in own.ips {
                 let mut row = Allocation::new(ip, id, ifname)
                     .since(own.since)

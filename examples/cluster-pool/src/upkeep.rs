@@ -14,7 +14,7 @@
 //! - freeing a block: its affinity and its range's `pool/` record.
 
 use crate::blocks::Range;
-use crate::{Block, Call, Holder, block_key, read, write};
+use crate::{AddressHolder, Block, Call, block_key, read, write};
 use ipnet::IpNet;
 use std::net::IpAddr;
 use wasm_ipam_guest::{Error, Store};
@@ -32,7 +32,7 @@ const HOLD_KEYS: usize = 2;
 /// pool record.
 pub const BLOCK_KEYS: usize = 3;
 
-impl Holder {
+impl AddressHolder {
     /// Kept for a sticky pod, and its time has run out.
     pub fn expired(&self, now: u64) -> bool {
         self.held_until.is_some_and(|t| t < now)

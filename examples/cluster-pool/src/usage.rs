@@ -14,7 +14,7 @@
 use crate::blocks::Range;
 use crate::conf::{Conf, NamedPool};
 use crate::reserve::Kept;
-use crate::{Block, Own, decode, read, reserve};
+use crate::{AttachmentAddresses, Block, decode, read, reserve};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -65,7 +65,7 @@ pub fn account(
     let mut mine: BTreeMap<IpNet, u64> = BTreeMap::new();
     let prefix = format!("own/{node}/");
     for (key, value) in store.peek(&prefix) {
-        let own: Own = decode(&key, &value)?;
+        let own: AttachmentAddresses = decode(&key, &value)?;
         for ip in own.ips {
             if let Some(range) = conf.range_of(ip) {
                 *mine.entry(range.cidr).or_default() += 1;
