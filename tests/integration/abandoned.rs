@@ -122,7 +122,7 @@ fn conf(node: &Node) -> Value {
         json!({"probe": {"reportNode": true}}),
     );
     // Compiled and cached first, so the calls below wait only for the lock.
-    Call::new("ADD", "warm").run(&conf).ok();
+    Call::new("ADD", "warm").run(&conf).assert_ok();
     conf["ipam"]["probe"]["write"] = json!(["ip/10.99.0.2=orphan"]);
     conf
 }
@@ -159,7 +159,7 @@ fn a_call_whose_caller_dies_in_the_queue_gives_up_its_place() {
     assert_eq!(node.store_entries("testnet"), before, "nothing committed");
     // Its place is free: the next call is granted at once (and its write is what a
     // run of the orphan would have committed).
-    Call::new("ADD", "next").run(&conf).ok();
+    Call::new("ADD", "next").run(&conf).assert_ok();
     assert_ne!(node.store_entries("testnet"), before);
     let next = node.log_lines("invocation").pop().unwrap();
     assert!(next["lock_wait_ms"].as_f64().unwrap() < 5000.0, "{next}");

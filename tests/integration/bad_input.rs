@@ -138,7 +138,7 @@ fn digest_mismatch_is_refused_before_anything_runs() {
     );
     // The right pin runs.
     conf["ipam"]["moduleSha256"] = digest.into();
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn memory_limit_stops_the_module() {
         .as_object_mut()
         .unwrap()
         .remove("memoryLimitMiB");
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
 }
 
 #[test]

@@ -52,7 +52,7 @@ fn first_call_compiles_then_calls_load_the_artifact() {
     let node = Node::new();
     let cache = node.dir.path().join("cache");
     let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     assert!(!last_call_cached(&node));
     let files = artifacts(&cache);
     assert_eq!(files.len(), 1, "{files:?}");
@@ -60,7 +60,7 @@ fn first_call_compiles_then_calls_load_the_artifact() {
         std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777,
         0o700
     );
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(last_call_cached(&node));
 }
 
@@ -71,8 +71,8 @@ fn cache_dir_writable_by_others_is_refused() {
     std::fs::create_dir(&cache).unwrap();
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
     let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(!last_call_cached(&node), "compiled, not loaded");
     assert!(
         artifacts(&cache).is_empty(),
@@ -88,7 +88,7 @@ fn cache_dir_owned_by_another_user_is_refused() {
     std::fs::create_dir(&cache).unwrap();
     std::os::unix::fs::chown(&cache, Some(65534), Some(65534)).expect("chown (tests run as root)");
     let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     assert!(artifacts(&cache).is_empty());
     assert_cache_warning(&node, "not by this user");
 }
@@ -99,7 +99,7 @@ fn compiled_once() -> (Node, Value, PathBuf) {
     let node = Node::new();
     let cache = node.dir.path().join("cache");
     let conf = conf_with_cache(&node, &cache);
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let artifact = artifacts(&cache).pop().unwrap();
     (node, conf, artifact)
 }
@@ -110,13 +110,13 @@ fn damaged_artifact_is_replaced(damage: impl Fn(&[u8]) -> Vec<u8>, expect_warnin
     let (node, conf, artifact) = compiled_once();
     std::fs::write(&artifact, damage(&std::fs::read(&artifact).unwrap())).unwrap();
 
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(
         !last_call_cached(&node),
         "the damaged artifact was not loaded"
     );
     assert_cache_warning(&node, expect_warning);
-    Call::new("ADD", "c3").run(&conf).ok();
+    Call::new("ADD", "c3").run(&conf).assert_ok();
     assert!(last_call_cached(&node), "a sound artifact replaced it");
 }
 
@@ -159,7 +159,7 @@ fn record_digest(artifact: &Path, digest: &str) {
 fn damaged_recorded_digest_is_never_trusted() {
     let (node, conf, artifact) = compiled_once();
     record_digest(&artifact, &"0".repeat(64));
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(!last_call_cached(&node), "the artifact was not trusted");
     assert_cache_warning(&node, "its recorded digest is 0000");
 }
@@ -172,10 +172,10 @@ fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
     let payload = b"not an ELF artifact at all";
     std::fs::write(&artifact, payload).unwrap();
     record_digest(&artifact, &format!("{:x}", sha2::Sha256::digest(payload)));
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(!last_call_cached(&node));
     assert_cache_warning(&node, "wasmtime refused");
-    Call::new("ADD", "c3").run(&conf).ok();
+    Call::new("ADD", "c3").run(&conf).assert_ok();
     assert!(last_call_cached(&node), "a sound artifact replaced it");
 }
 
@@ -185,13 +185,13 @@ fn artifact_with_a_matching_digest_but_bad_contents_is_refused_by_wasmtime() {
 fn an_artifact_not_owned_by_this_user_is_never_loaded() {
     let (node, conf, artifact) = compiled_once();
     std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o666)).unwrap();
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert!(!last_call_cached(&node));
     assert_cache_warning(&node, "writable by group or others");
     // The call replaced it with a sound artifact, at the same path.
     std::os::unix::fs::chown(&artifact, Some(65534), Some(65534))
         .expect("chown (tests run as root)");
-    Call::new("ADD", "c3").run(&conf).ok();
+    Call::new("ADD", "c3").run(&conf).assert_ok();
     assert!(!last_call_cached(&node));
     assert_cache_warning(&node, "owned by uid 65534");
 }
@@ -210,7 +210,7 @@ fn concurrent_first_use_compiles_once_and_leaves_one_sound_artifact() {
         .map(|id| Call::new("DEL", id).spawn(&conf))
         .collect();
     for child in children {
-        reply(child.wait_with_output().unwrap()).ok();
+        reply(child.wait_with_output().unwrap()).assert_ok();
     }
     let files = artifacts(&cache);
     assert_eq!(
@@ -228,7 +228,7 @@ fn concurrent_first_use_compiles_once_and_leaves_one_sound_artifact() {
         compiled, 1,
         "exactly one of the 16 calls compiled the module"
     );
-    Call::new("DEL", "after").run(&conf).ok();
+    Call::new("DEL", "after").run(&conf).assert_ok();
     assert!(last_call_cached(&node));
     assert!(
         cache_warnings(&node).is_empty(),
@@ -246,7 +246,7 @@ fn waiting_on_another_calls_compile_is_bounded() {
     let first = node.dir.path().join("first");
     Call::new("DEL", "c0")
         .run(&conf_with_cache(&node, &first))
-        .ok();
+        .assert_ok();
     let lock_name = std::fs::read_dir(&first)
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -291,7 +291,7 @@ fn precompile_fills_the_cache_ahead_of_time() {
     assert!(out.contains("compiled into"), "{out}");
     Call::new("ADD", "c1")
         .run(&conf_with_cache(&node, &cache))
-        .ok();
+        .assert_ok();
     assert!(
         last_call_cached(&node),
         "the first CNI call already loads it"

@@ -91,7 +91,7 @@ fn the_cluster_guide_runs_as_written() {
                 format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME=web-{i}"),
             )
             .run(&conf)
-            .ok();
+            .assert_ok();
     }
 
     // Every `sh` block, in order, each line as written; an `output` block after one

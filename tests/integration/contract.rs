@@ -78,10 +78,10 @@ fn modules_of_every_contract_version_run_side_by_side() {
         "10.71.0.3/24"
     );
     assert_eq!(Call::new("ADD", "c3").run(&legacy).error_code(), 11);
-    Call::new("CHECK", "c1").run(&legacy).ok();
-    Call::new("DEL", "c1").run(&legacy).ok();
+    Call::new("CHECK", "c1").run(&legacy).assert_ok();
+    Call::new("DEL", "c1").run(&legacy).assert_ok();
     assert_eq!(Call::new("CHECK", "c1").run(&legacy).error_code(), 3);
-    Call::new("STATUS", "").run(&legacy).ok();
+    Call::new("STATUS", "").run(&legacy).assert_ok();
     // A 0.2.0 module's.
     assert_eq!(
         Call::new("ADD", "c1").run(&v0_2_0).address(),
@@ -91,9 +91,9 @@ fn modules_of_every_contract_version_run_side_by_side() {
         Call::new("ADD", "c2").run(&v0_2_0).address(),
         "10.75.0.3/24"
     );
-    Call::new("CHECK", "c2").run(&v0_2_0).ok();
-    Call::new("DEL", "c1").run(&v0_2_0).ok();
-    Call::new("STATUS", "").run(&v0_2_0).ok();
+    Call::new("CHECK", "c2").run(&v0_2_0).assert_ok();
+    Call::new("DEL", "c1").run(&v0_2_0).assert_ok();
+    Call::new("STATUS", "").run(&v0_2_0).assert_ok();
     // And the 0.2.5 ones.
     assert_eq!(
         Call::new("ADD", "c1").run(&host_local).address(),
@@ -103,9 +103,9 @@ fn modules_of_every_contract_version_run_side_by_side() {
         Call::new("ADD", "c1").run(&minimal).address(),
         "10.73.0.2/29"
     );
-    Call::new("DEL", "c1").run(&minimal).ok();
-    Call::new("DEL", "c1").run(&minimal).ok();
-    Call::new("ADD", "c9").run(&minimal).ok();
+    Call::new("DEL", "c1").run(&minimal).assert_ok();
+    Call::new("DEL", "c1").run(&minimal).assert_ok();
+    Call::new("ADD", "c9").run(&minimal).assert_ok();
 
     // `list` asks each network's module: the 0.2.x ones answer, the 0.1.0 one cannot,
     // says so, and makes the command fail without hiding the others.
@@ -188,7 +188,7 @@ fn list_never_writes_and_a_network_without_a_record_needs_its_netconf() {
         &host_local_module(),
         json!({"subnet": "10.74.0.0/24"}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let before = node.store_entries("testnet");
     let (ok, list, stderr) = list_json(&node, &[]);
     assert!(ok, "{stderr}");
@@ -420,13 +420,13 @@ fn the_request_carries_the_node_name() {
         &probe_module(),
         json!({"probe": {"reportNode": true}}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     assert_eq!(node_names(&node), [hostname.trim()]);
 
     let mut conf = conf;
     conf["ipam"]["nodeName"] = "worker-7".into();
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert_eq!(node_names(&node).last().unwrap(), "worker-7");
 
     for bad in [json!(""), json!("a\nb"), json!("x".repeat(254)), json!(7)] {
@@ -452,7 +452,7 @@ fn inspect_is_bounded_and_read_only() {
         conf
     };
     for inspect in ["write", "spin", "garbage", "list"] {
-        Call::new("ADD", "c1").run(&conf(inspect)).ok();
+        Call::new("ADD", "c1").run(&conf(inspect)).assert_ok();
     }
     let before: Vec<_> = ["write", "spin"].map(|n| node.store_entries(n)).into();
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 fn warm(module: &Path, ipam: Value) {
     let node = Node::new();
     let conf = node.netconf("1.0.0", module, ipam);
-    Call::new("DEL", "warm").run(&conf).ok();
+    Call::new("DEL", "warm").run(&conf).assert_ok();
     let window = wasm_ipam::module::cache::RACY_WINDOW + Duration::from_millis(200);
     let mut files = vec![module.to_path_buf()];
     files.extend(
@@ -38,7 +38,7 @@ fn warm(module: &Path, ipam: Value) {
     while std::time::SystemTime::now() < settled {
         std::thread::sleep(Duration::from_millis(100));
     }
-    Call::new("DEL", "warm").run(&conf).ok();
+    Call::new("DEL", "warm").run(&conf).assert_ok();
 }
 
 #[test]
@@ -62,7 +62,7 @@ fn a_first_call_killed_while_creating_the_store_leaves_none_and_the_next_call_wo
         );
         assert!(node.lock_is_free());
         let reply = Call::new("ADD", "c2").run(&conf);
-        reply.ok();
+        reply.assert_ok();
         let entries = node.store_entries("testnet");
         assert!(
             entries
@@ -124,7 +124,7 @@ fn a_call_killed_mid_commit_leaves_all_of_its_writes_or_none() {
             &probe_module(),
             json!({"probe": {"write": ["k9=nine"]}}),
         );
-        Call::new("ADD", "c2").run(&next).ok();
+        Call::new("ADD", "c2").run(&next).assert_ok();
         assert!(
             node.store_entries("testnet")
                 .contains(&("k9".into(), "nine".into()))
@@ -180,7 +180,7 @@ fn calls_killed_at_random_instants_never_double_book_or_leak() {
             }
             // A runtime DELs every ADD it saw fail; after that nothing is left held.
             for id in &ids {
-                Call::new("DEL", id).run(&conf).ok();
+                Call::new("DEL", id).run(&conf).assert_ok();
             }
             let left: Vec<_> = node
                 .store_entries("testnet")
@@ -344,7 +344,7 @@ fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
             expected.sort();
         }
         assert_eq!(node.store_entries("testnet"), expected, "{point}");
-        Call::new("DEL", "c2").run(&conf).ok();
+        Call::new("DEL", "c2").run(&conf).assert_ok();
     }
     // An operator command says so in one line and exits 1.
     let (node, _) = node_with_state();

@@ -39,7 +39,7 @@ fn lock_wait_does_not_eat_the_budget() {
     std::thread::sleep(Duration::from_secs(3));
     drop(holder);
     let reply = reply(child.wait_with_output().unwrap());
-    reply.ok();
+    reply.assert_ok();
     let reports = remaining_at_start(&node);
     assert_eq!(reports.len(), 1, "{reports:?}");
     let (remaining, budget) = reports[0];

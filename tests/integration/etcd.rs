@@ -368,8 +368,8 @@ fn an_add_and_a_del_go_to_etcd_and_every_node_sees_them() {
     assert_eq!(line["store_retries"], 0);
 
     // A DEL from the other node frees c1's address cluster-wide.
-    Call::new("DEL", "c1").run(&conf_b).ok();
-    Call::new("DEL", "c1").run(&conf_b).ok();
+    Call::new("DEL", "c1").run(&conf_b).assert_ok();
+    Call::new("DEL", "c1").run(&conf_b).assert_ok();
     let entries = etcd.keys("/t/n/testnet/e/");
     assert!(
         !entries.iter().any(|k| k.contains("10.80.0.2")),
@@ -556,7 +556,7 @@ fn with_etcd_down_calls_answer_11_within_their_deadline_and_succeed_once_it_is_b
         &store,
         json!({"subnet": "10.81.0.0/24"}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let before = etcd.keys("/d/");
 
     etcd.kill(0);
@@ -582,7 +582,7 @@ fn with_etcd_down_calls_answer_11_within_their_deadline_and_succeed_once_it_is_b
         "nothing was written while etcd was down"
     );
     assert_eq!(Call::new("ADD", "c2").run(&conf).address(), "10.81.0.3/24");
-    Call::new("DEL", "c1").run(&conf).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
     let entries = etcd.keys("/d/n/testnet/e/");
     assert!(
         entries.iter().any(|k| k.contains("10.81.0.3")),
@@ -614,14 +614,14 @@ fn a_three_member_cluster_keeps_serving_with_one_member_killed() {
             )
         })
         .collect();
-    Call::new("ADD", "c0").run(&confs[0]).ok();
+    Call::new("ADD", "c0").run(&confs[0]).assert_ok();
     etcd.kill(0);
     for i in 1..=6 {
         let reply = Call::new("ADD", &format!("c{i}")).run(&confs[i % 3]);
         assert_eq!(reply.address(), format!("10.82.0.{}/24", i + 2));
     }
     let conf = &confs[0];
-    Call::new("DEL", "c3").run(conf).ok();
+    Call::new("DEL", "c3").run(conf).assert_ok();
     let held = etcd.keys("/q/n/testnet/e/ip/");
     assert_eq!(held.len(), 6, "{held:?}");
     assert!(!held.iter().any(|k| k.ends_with("10.82.0.5")), "{held:?}");
@@ -664,7 +664,7 @@ fn the_rate_limiter_never_makes_a_call_outlive_its_deadline() {
         &store,
         json!({"probe": {"listPrefix": "x/", "listTimes": 6}, "deadlineSeconds": 30}),
     );
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     let line = last_call(&node);
     assert!(
         line["etcd_rate_wait_ms"].as_f64().unwrap() >= 1000.0,
@@ -884,9 +884,11 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
         for (n, conf) in confs.iter().enumerate() {
             s.spawn(move || {
                 for i in 0..100 {
-                    Call::new("DEL", &format!("n{n}-c{i}")).run(conf).ok();
+                    Call::new("DEL", &format!("n{n}-c{i}"))
+                        .run(conf)
+                        .assert_ok();
                 }
-                Call::new("DEL", "n0-c0").run(conf).ok();
+                Call::new("DEL", "n0-c0").run(conf).assert_ok();
             });
         }
     });
@@ -1042,7 +1044,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    Call::new("ADD", "c-second-2").run(&second).ok();
+    Call::new("ADD", "c-second-2").run(&second).assert_ok();
     let (ok, _, stderr) = release_node(a, &confs[0], "node-c", &["--window", "8s"]);
     assert!(
         !ok && stderr.contains("code 11") && stderr.contains("network second"),
@@ -1108,7 +1110,9 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     // The live nodes fill their blocks and claim the free ones, node c's among them.
     for i in 0..8 {
         for (n, conf) in confs[..2].iter().enumerate() {
-            Call::new("ADD", &format!("more-{n}-{i}")).run(conf).ok();
+            Call::new("ADD", &format!("more-{n}-{i}"))
+                .run(conf)
+                .assert_ok();
         }
     }
     let owners = block_owners(&etcd, "/r/");
@@ -1125,7 +1129,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         &host_local_module(),
         json!({"subnet": "10.97.0.0/24"}),
     );
-    Call::new("ADD", "s1").run(&solo_conf).ok();
+    Call::new("ADD", "s1").run(&solo_conf).assert_ok();
     let (ok, _, stderr) = release_node(&solo, &solo_conf, "node-x", &["--force"]);
     assert!(
         !ok && stderr.contains("code 7") && stderr.contains("embedded"),
@@ -1141,7 +1145,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         &old_store,
         json!({"addresses": ["10.98.0.2/24"]}),
     );
-    Call::new("ADD", "o1").run(&old).ok();
+    Call::new("ADD", "o1").run(&old).assert_ok();
     let (ok, _, stderr) = release_node(a, &old, "node-x", &["--force"]);
     assert!(
         !ok && stderr.contains("code 100") && stderr.contains("does not export nodes"),

@@ -83,7 +83,7 @@ fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
         json!({"subnet": "10.84.0.0/24"}),
     );
     local["name"] = "local".into();
-    Call::new("ADD", "c0").run(&conf).ok();
+    Call::new("ADD", "c0").run(&conf).assert_ok();
     let mut held = vec!["10.83.0.2".to_string()];
 
     for (round, outage) in [Outage::Stopped, Outage::Frozen].into_iter().enumerate() {
@@ -179,14 +179,14 @@ fn a_three_member_cluster_fails_no_call_with_a_member_stopped_or_frozen() {
     let mut etcd = Etcd::start(3);
     let node = Node::new();
     let confs = three_node_confs(&etcd, "/m/", &node, json!({"subnet": "10.85.0.0/24"}));
-    Call::new("ADD", "c0").run(&confs[0]).ok();
+    Call::new("ADD", "c0").run(&confs[0]).assert_ok();
     let mut added = 1;
     let mut add_six = |etcd: &Etcd, phase: &str| {
         for i in 0..6 {
             let id = format!("{phase}{i}");
             let started = Instant::now();
             let reply = Call::new("ADD", &id).run(&confs[i % 3]);
-            reply.ok();
+            reply.assert_ok();
             added += 1;
             eprintln!("{phase}: ADD {id} in {:?}", started.elapsed());
         }
@@ -350,8 +350,8 @@ fn the_log_holds_only_our_lines_and_the_modules_unless_asked() {
             s.spawn(move || {
                 for pod in (worker..150).step_by(4) {
                     let id = format!("pod{pod}");
-                    Call::new("ADD", &id).run(conf).ok();
-                    Call::new("DEL", &id).run(conf).ok();
+                    Call::new("ADD", &id).run(conf).assert_ok();
+                    Call::new("DEL", &id).run(conf).assert_ok();
                 }
             });
         }
@@ -380,7 +380,7 @@ fn the_log_holds_only_our_lines_and_the_modules_unless_asked() {
     Call::new("ADD", "traced")
         .env("WASM_IPAM_LOG", "h2=debug")
         .run(&conf)
-        .ok();
+        .assert_ok();
     let text = std::fs::read_to_string(node.log_file()).unwrap();
     let added: Vec<Value> = text
         .lines()

@@ -221,13 +221,13 @@ fn a_thousand_expired_sticky_holds_and_fifty_idle_blocks_fail_no_call_and_drain_
     // The node's next ADD and DEL succeed (before the fix: code 105, over maxTxnOps).
     let pod = "K8S_POD_NAMESPACE=web;K8S_POD_NAME=fresh";
     let added = Call::new("ADD", "fresh").env("CNI_ARGS", pod).run(&conf);
-    added.ok();
+    added.assert_ok();
     Call::new("DEL", "fresh")
         .env("CNI_ARGS", pod)
         .run(&conf)
-        .ok();
-    Call::new("ADD", "plain").run(&conf).ok();
-    Call::new("DEL", "plain").run(&conf).ok();
+        .assert_ok();
+    Call::new("ADD", "plain").run(&conf).assert_ok();
+    Call::new("DEL", "plain").run(&conf).assert_ok();
 
     // The backlog drains over later DELs. docs/cluster.md: a DEL of an attachment
     // the node does not have takes 1 key and the host's 2, leaving 29 of 32 for
@@ -248,7 +248,7 @@ fn a_thousand_expired_sticky_holds_and_fifty_idle_blocks_fail_no_call_and_drain_
         }
         dels += 1;
         assert!(dels <= 100, "the backlog does not drain: {left} keys left");
-        Call::new("DEL", "nothing").run(&conf).ok();
+        Call::new("DEL", "nothing").run(&conf).assert_ok();
     }
     assert!(
         dels >= 35,
@@ -312,7 +312,7 @@ fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_fini
         (11..1000).contains(&left),
         "{left} attachments after a kill mid-way"
     );
-    Call::new("GC", "").run(&gc).ok();
+    Call::new("GC", "").run(&gc).assert_ok();
     assert_eq!(count(&etcd, prefix, "own/node-b/"), 10);
     let batches = invocations(&node)
         .iter()
@@ -500,7 +500,7 @@ fn a_free_address_beyond_what_one_borrow_reads_is_what_free_says_and_the_next_ad
         );
         Call::new("DEL", &format!("{name}-4"))
             .run(&lender_conf)
-            .ok();
+            .assert_ok();
         let freed = Ipv4Addr::from(0x0a09_0000u32 + b * 8 + 6).to_string();
         assert_eq!(
             gauge("wasm_ipam_pool_addresses_free"),

@@ -69,7 +69,7 @@ fn lock_is_granted_in_arrival_order_without_barging() {
     }
     drop(first);
     for child in children {
-        reply(child.wait_with_output().unwrap()).ok();
+        reply(child.wait_with_output().unwrap()).assert_ok();
     }
     let mut lines = node.log_lines("invocation");
     lines.sort_by(|a, b| {
@@ -86,7 +86,7 @@ fn lock_is_granted_in_arrival_order_without_barging() {
 
 fn del_succeeds_soon(child: Child) {
     let reply = reply(child.wait_with_output().unwrap());
-    reply.ok();
+    reply.assert_ok();
 }
 
 #[test]
@@ -136,7 +136,7 @@ fn timed_out_bursts_leave_no_tickets_behind() {
     let _heavy = exclusive();
     let node = Node::new();
     let conf = node.netconf("1.0.0", &probe_module(), json!({"lockTimeoutSeconds": 1}));
-    Call::new("DEL", "warm").run(&conf).ok();
+    Call::new("DEL", "warm").run(&conf).assert_ok();
     for burst in 0..3 {
         let held = hold_lock(&node);
         let children: Vec<Child> = (0..8)
@@ -162,7 +162,7 @@ fn a_call_killed_while_clearing_dead_tickets_strands_none() {
     let _serial = exclusive();
     let node = Node::new();
     let conf = node.netconf("1.0.0", &probe_module(), json!({}));
-    Call::new("DEL", "warm").run(&conf).ok();
+    Call::new("DEL", "warm").run(&conf).assert_ok();
     let held = hold_lock(&node);
     // Three calls queued one behind the other, killed last first so that none of
     // them passes another: three dead tickets in a row.

@@ -134,7 +134,7 @@ fn every_failed_call_leaves_the_store_byte_for_byte_unchanged() {
         &host_local_module(),
         serde_json::json!({"subnet": "10.6.0.0/24"}),
     );
-    Call::new("ADD", "held").run(&good).ok();
+    Call::new("ADD", "held").run(&good).assert_ok();
     let mut before = snapshot(&node);
     let mut rng = Lcg(0xb17e);
     let seed = good.to_string().into_bytes();

@@ -443,7 +443,7 @@ fn a_request_arrives_whole_and_a_result_with_every_field_leaves_whole() {
     let reply = Call::new("ADD", "ctr-go")
         .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=pod-é;EMPTY=")
         .run(&conf);
-    let printed = reply.ok().json.clone().unwrap();
+    let printed = reply.assert_ok().json.clone().unwrap();
     assert_eq!(printed["ips"], result["ips"]);
     assert_eq!(
         printed["routes"], result["routes"],
@@ -486,7 +486,7 @@ fn a_request_arrives_whole_and_a_result_with_every_field_leaves_whole() {
 
     // Without prevResult, at another command.
     let conf = probe_conf(&node, "1.1.0", json!({"echo": true}));
-    Call::new("DEL", "ctr-go").run(&conf).ok();
+    Call::new("DEL", "ctr-go").run(&conf).assert_ok();
     let request = &logged(&node, "request")[1]["request"];
     assert_eq!(
         (request["Command"].as_u64(), &request["PrevResult"]),
@@ -503,7 +503,7 @@ fn gc_hands_the_valid_attachments_over_and_errors_come_back_whole() {
         {"containerID": "keep-1", "ifname": "eth0"},
         {"containerID": "keep-2", "ifname": "net1"}
     ]);
-    Call::new("GC", "").run(&conf).ok();
+    Call::new("GC", "").run(&conf).assert_ok();
     let echoed = &logged(&node, "request")[0];
     assert_eq!(echoed["request"]["Command"], 3, "gc");
     assert_eq!(
@@ -540,8 +540,8 @@ fn degraded_conditions_reach_status_whole_and_an_empty_list_clears_them() {
         {"code": 141, "msg": "pool green is 95% used"}
     ]);
     let conf = probe_conf(&node, "1.1.0", json!({"degraded": conditions}));
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
     let warned: Vec<String> = node
         .log_lines("status")
         .iter()
@@ -564,8 +564,8 @@ fn degraded_conditions_reach_status_whole_and_an_empty_list_clears_them() {
         refused.msg()
     );
     let clear = probe_conf(&node, "1.1.0", json!({"degraded": []}));
-    Call::new("DEL", "c1").run(&clear).ok();
-    Call::new("STATUS", "").run(&strict).ok();
+    Call::new("DEL", "c1").run(&clear).assert_ok();
+    Call::new("STATUS", "").run(&strict).assert_ok();
 }
 
 #[test]
@@ -586,7 +586,7 @@ fn the_store_stages_writes_reads_them_back_and_commits_them_only_on_ok() {
     ]);
     Call::new("ADD", "c1")
         .run(&probe_conf(&node, "1.0.0", json!({"store": ops})))
-        .ok();
+        .assert_ok();
     let answers: Vec<Value> = logged(&node, "store")
         .into_iter()
         .map(|l| l["answer"].clone())
@@ -644,7 +644,7 @@ fn on_etcd_commit_room_counts_down_and_a_release_report_comes_back_whole() {
     let ops = json!([{"op": "room"}, {"op": "put", "key": "k/1", "value": [1]}, {"op": "room"}]);
     Call::new("ADD", "c1")
         .run(&probe_conf(&node, "1.1.0", json!({"store": ops})))
-        .ok();
+        .assert_ok();
     let rooms: Vec<Value> = logged(&node, "store")
         .into_iter()
         .filter(|l| l["op"] == "room")
@@ -666,7 +666,7 @@ fn on_etcd_commit_room_counts_down_and_a_release_report_comes_back_whole() {
         {"op": "room"}
     ]);
     conf["ipam"]["probe"]["store"] = ops;
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let rooms: Vec<u64> = logged(&node, "store")
         .into_iter()
         .filter(|l| l["op"] == "room")
@@ -682,7 +682,7 @@ fn on_etcd_commit_room_counts_down_and_a_release_report_comes_back_whole() {
     let mut gone = conf.clone();
     gone["ipam"]["nodeName"] = "node-gone".into();
     gone["ipam"]["probe"] = json!({"store": [{"op": "put", "key": "k/gone", "value": [1]}]});
-    Call::new("ADD", "c9").run(&gone).ok();
+    Call::new("ADD", "c9").run(&gone).assert_ok();
     conf["ipam"]["probe"] = json!({"release": {
         "addresses": [{"address": "10.80.0.7", "containerID": "c9", "ifname": "eth0"}],
         "blocks": ["10.80.0.64/26", "fd80::40/122"],
@@ -811,7 +811,7 @@ fn the_deadline_is_the_calls_budget() {
     let node = Node::new();
     let mut conf = probe_conf(&node, "1.0.0", json!({"deadline": true}));
     conf["ipam"]["deadlineSeconds"] = 7.into();
-    Call::new("DEL", "c1").run(&conf).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
     let deadline = &logged(&node, "deadline")[0];
     assert_eq!(deadline["budget"], 7_000_000_000u64);
     let remaining = deadline["remaining"].as_u64().unwrap();

@@ -196,12 +196,13 @@ impl Reply {
 
     /// The first address of a successful ADD's result (a CIDR), asserting success.
     pub fn address(&self) -> &str {
-        self.ok().json.as_ref().unwrap()["ips"][0]["address"]
+        self.assert_ok().json.as_ref().unwrap()["ips"][0]["address"]
             .as_str()
             .expect("an ADD result with an address")
     }
 
-    pub fn ok(&self) -> &Self {
+    /// Panics, showing the reply, unless the call succeeded; answers the reply.
+    pub fn assert_ok(&self) -> &Self {
         assert!(
             self.success,
             "expected success, got {:?} (stderr: {:?})",
@@ -294,7 +295,7 @@ pub fn node_with_state() -> (Node, Vec<(String, String)>) {
         &probe_module(),
         json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
     );
-    Call::new("ADD", "existing").run(&conf).ok();
+    Call::new("ADD", "existing").run(&conf).assert_ok();
     let before = node.store_entries("testnet");
     assert_eq!(before.len(), 1);
     (node, before)

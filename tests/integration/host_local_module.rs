@@ -29,7 +29,7 @@ fn dual_stack_add_del_under_every_version() {
         let node = Node::new();
         let conf = dual_stack(&node, version);
         let add = Call::new("ADD", "dummy").run(&conf);
-        add.ok();
+        add.assert_ok();
         let result = add.json.unwrap();
         assert_eq!(result["ips"][0]["address"], "10.1.2.2/24", "{version}");
         assert_eq!(result["ips"][0]["gateway"], "10.1.2.1");
@@ -53,9 +53,9 @@ fn dual_stack_add_del_under_every_version() {
             );
         }
         if !version.starts_with("0.3") {
-            Call::new("CHECK", "dummy").run(&conf).ok();
+            Call::new("CHECK", "dummy").run(&conf).assert_ok();
         }
-        Call::new("DEL", "dummy").run(&conf).ok();
+        Call::new("DEL", "dummy").run(&conf).assert_ok();
         let left: Vec<_> = node
             .store_entries("testnet")
             .into_iter()
@@ -77,7 +77,7 @@ fn requested_address_and_duplicate_add_under_every_version() {
         conf["args"] = json!({"cni": {"ips": ["10.1.3.77"]}});
         let add = Call::new("ADD", "c1").run(&conf);
         assert_eq!(
-            add.ok().json.as_ref().unwrap()["ips"][0]["address"],
+            add.assert_ok().json.as_ref().unwrap()["ips"][0]["address"],
             "10.1.3.77/24",
             "{version}"
         );
@@ -96,7 +96,7 @@ fn requested_address_and_duplicate_add_under_every_version() {
         }
         // Without a requested address, a second ADD for the same attachment is refused.
         conf.as_object_mut().unwrap().remove("args");
-        Call::new("ADD", "c3").run(&conf).ok();
+        Call::new("ADD", "c3").run(&conf).assert_ok();
         let again = Call::new("ADD", "c3").run(&conf);
         again.error_code();
         assert!(
@@ -118,12 +118,12 @@ fn gc_releases_what_no_valid_attachment_holds() {
     for (c, ifname) in [("c1", "eth0"), ("c2", "eth0"), ("c3", "net1")] {
         let mut call = Call::new("ADD", c);
         call.ifname = ifname;
-        call.run(&conf).ok();
+        call.run(&conf).assert_ok();
     }
     let mut gc = conf.clone();
     gc["cni.dev/valid-attachments"] =
         json!([{"containerID": "c2", "ifname": "eth0"}, {"containerID": "c3", "ifname": "eth0"}]);
-    Call::new("GC", "").run(&gc).ok();
+    Call::new("GC", "").run(&gc).assert_ok();
     let held: Vec<String> = node
         .store_entries("testnet")
         .into_iter()

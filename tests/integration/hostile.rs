@@ -87,7 +87,7 @@ fn memories_are_summed_across_the_component() {
     );
     Call::new("ADD", "c1")
         .run(&node.netconf("1.0.0", &small, json!({})))
-        .ok();
+        .assert_ok();
 }
 
 #[test]
@@ -163,7 +163,7 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
             &node,
             json!({"probe": {"floodEntries": 1_250, "floodFrom": call * 1_250, "floodValueBytes": 10_000}}),
         );
-        Call::new("ADD", "filler").run(&fill).ok();
+        Call::new("ADD", "filler").run(&fill).assert_ok();
     }
     let stored = node.store_entries("testnet").len();
     assert_eq!(stored, 10_000);
@@ -180,7 +180,7 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
     assert_peak_below(measured, 80.0, "list-prefix flood");
     // Within the limit a listing works.
     let conf = probe_conf(&node, json!({"probe": {"listPrefix": "flood/000001"}}));
-    Call::new("DEL", "lister").run(&conf).ok();
+    Call::new("DEL", "lister").run(&conf).assert_ok();
     assert!(
         node.log_lines("guest")
             .iter()
@@ -255,7 +255,7 @@ fn a_log_flood_is_cut_at_the_log_budget_and_counted() {
         &node,
         json!({"probe": {"logMessages": 100_000, "logBytes": 1000, "print": "p".repeat(60 << 10)}}),
     );
-    Call::new("DEL", "chatty").run(&conf).ok();
+    Call::new("DEL", "chatty").run(&conf).assert_ok();
     let grown = std::fs::metadata(node.log_file()).unwrap().len() - log_before;
     // 256 KiB of budget (the printed 60 KiB goes to the log within the same budget),
     // plus the call's own lines.
@@ -299,7 +299,7 @@ fn the_store_quota_refuses_growth_before_anything_is_committed() {
         &node,
         json!({"storeQuotaEntries": 11, "probe": {"write": writes}}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     assert_eq!(node.store_entries("testnet").len(), 11);
 }
 
@@ -340,7 +340,7 @@ fn dns_fields_of_a_result_are_validated() {
     );
     let reply = Call::new("ADD", "c1").run(&conf);
     assert_eq!(
-        reply.ok().json.as_ref().unwrap()["dns"]["nameservers"][0],
+        reply.assert_ok().json.as_ref().unwrap()["dns"]["nameservers"][0],
         "10.96.0.10"
     );
 }

@@ -181,7 +181,7 @@ fn install_fills_an_empty_node_once_and_the_runtime_can_use_it() {
     };
     let added = run("ADD");
     assert_eq!(added.address(), "10.77.0.2/24", "{added:?}");
-    run("DEL").ok();
+    run("DEL").assert_ok();
 }
 
 /// A chain whose plugins support 1.1.0 (here scripts answering VERSION as a newer

@@ -61,13 +61,13 @@ fn files_and_directories_are_private_whatever_the_umask() {
     let conf = conf(&node);
     let umask_000 = "umask 000 && exec \"$0\"";
     for (command, id) in [("ADD", "c1"), ("ADD", "c2"), ("DEL", "c1")] {
-        run_under(&Call::new(command, id), umask_000, &conf).ok();
+        run_under(&Call::new(command, id), umask_000, &conf).assert_ok();
     }
     let held = hold_lock(&node);
     let queued = spawn_under(&Call::new("ADD", "c3"), umask_000, &conf);
     wait_until_blocked_on_lock(queued.id());
     drop(held);
-    reply(queued.wait_with_output().unwrap()).ok();
+    reply(queued.wait_with_output().unwrap()).assert_ok();
     let paths = walk(node.dir.path());
     for expected in [
         "run/ipam.lock",
@@ -110,7 +110,7 @@ fn another_local_user_can_neither_read_nor_lock_any_of_them() {
     // The lock file straight in a directory everyone may enter (as /run is), so its
     // own mode is what keeps others out.
     conf["ipam"]["lockFile"] = node.dir.path().join("ipam.lock").to_str().unwrap().into();
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     std::fs::set_permissions(node.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // The check is live: a file of the default mode (0644 under umask 022) can be
     // flocked by nobody, stalling every call that needs it.
@@ -184,7 +184,7 @@ fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
     let reply = Call::new("ADD", "c1").run(&conf(&node));
     assert!(
         reply
-            .ok()
+            .assert_ok()
             .stderr
             .contains("writable by its group or others"),
         "{}",
@@ -199,7 +199,7 @@ fn paths_owned_by_another_user_or_writable_by_others_are_refused() {
         std::fs::Permissions::from_mode(0o644),
     )
     .unwrap();
-    Call::new("ADD", "c1").run(&conf(&node)).ok();
+    Call::new("ADD", "c1").run(&conf(&node)).assert_ok();
     assert_eq!(mode(&node.lock_file()), 0o600);
 }
 
@@ -218,7 +218,7 @@ fn symlinks_are_never_followed() {
     // a call that queues (the lock held).
     let node = Node::new();
     let conf = conf(&node);
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let queue = wasm_ipam::lock::queue_dir(&node.lock_file());
     drop(wasm_ipam::lock::queue::Ticket::take(&queue).unwrap());
     let tail = queue.join("tail");
@@ -235,7 +235,7 @@ fn symlinks_are_never_followed() {
     // The store's database and the log, each a link.
     let node = Node::new();
     let conf_ = self::conf(&node);
-    Call::new("ADD", "c1").run(&conf_).ok();
+    Call::new("ADD", "c1").run(&conf_).assert_ok();
     let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
     let moved = node.dir.path().join("moved.sqlite");
     std::fs::rename(&store, &moved).unwrap();
@@ -249,7 +249,7 @@ fn symlinks_are_never_followed() {
     // The call goes on unlogged (the log never fails a call), saying why on stderr.
     let reply = Call::new("ADD", "c3").run(&conf_);
     assert!(
-        reply.ok().stderr.contains("symbolic link"),
+        reply.assert_ok().stderr.contains("symbolic link"),
         "{}",
         reply.stderr
     );
@@ -287,7 +287,7 @@ fn one_data_dir_under_two_lock_files_hands_out_each_address_once() {
             conf
         })
         .collect();
-    Call::new("ADD", "warm").run(&confs[0]).ok(); // the cache, and the store
+    Call::new("ADD", "warm").run(&confs[0]).assert_ok(); // the cache, and the store
     let ids: Vec<String> = (0..16).map(|i| format!("c{i}")).collect();
     let children: Vec<_> = ids
         .iter()

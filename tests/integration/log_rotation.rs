@@ -81,7 +81,7 @@ fn the_log_stays_within_its_files_over_many_calls_and_stats_reads_them_all() {
     let conf = logging_conf(&node, 100, 2);
     let calls = 60;
     for i in 0..calls {
-        Call::new("ADD", &format!("c{i}")).run(&conf).ok();
+        Call::new("ADD", &format!("c{i}")).run(&conf).assert_ok();
         let files = log_files(&log, 3);
         assert!(files.len() <= 3, "more than logFiles + 1 files: {files:?}");
         // Each file stops at the first line written after it reached 1 MiB.
@@ -151,7 +151,7 @@ fn a_herd_across_a_rotation_logs_every_call_in_exactly_one_file() {
         .map(|id| Call::new("ADD", id).spawn(&conf))
         .collect();
     for child in children {
-        reply(child.wait_with_output().unwrap()).ok();
+        reply(child.wait_with_output().unwrap()).assert_ok();
     }
     let files = log_files(&log, 10);
     assert!(
@@ -183,7 +183,7 @@ fn an_external_logrotate_with_copytruncate_or_create_keeps_working() {
     let node = Node::new();
     let log = node.log_file();
     let conf = logging_conf(&node, 4, 2);
-    let run = |id: &str| Call::new("ADD", id).run(&conf).ok().stderr.clone();
+    let run = |id: &str| Call::new("ADD", id).run(&conf).assert_ok().stderr.clone();
     run("before");
     let copied = node.dir.path().join("copied");
     // copytruncate: the file is copied, then truncated under the writers. Calls
@@ -291,10 +291,10 @@ fn a_log_that_cannot_be_written_never_fails_the_call() {
     // A log directory removed between calls is made again, and the call logged.
     let node = Node::new();
     let conf = node.netconf("1.0.0", &probe_module(), json!({}));
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     std::fs::remove_dir_all(node.log_file().parent().unwrap()).unwrap();
     let reply = Call::new("ADD", "c2").run(&conf);
-    assert_eq!(reply.ok().stderr, "");
+    assert_eq!(reply.assert_ok().stderr, "");
     let logged = node.log_lines("invocation");
     assert_eq!(logged.len(), 1);
     assert_eq!(logged[0]["container_id"], "c2");

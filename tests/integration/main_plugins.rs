@@ -110,9 +110,9 @@ fn two_namespaces_ping(plugin: &str, extra: Value, subnet: &str) {
     }
 
     let add_a = run_main_plugin(&path, plugin, "ADD", &a, &conf);
-    add_a.ok();
+    add_a.assert_ok();
     let add_b = run_main_plugin(&path, plugin, "ADD", &b, &conf);
-    add_b.ok();
+    add_b.assert_ok();
     let (addr_a, addr_b) = (address_of(&add_a), address_of(&add_b));
     assert_ne!(addr_a, addr_b);
     assert!(ip(&["-n", &a, "addr", "show", "eth0"]).contains(&format!("inet {addr_a}/")));
@@ -134,8 +134,8 @@ fn two_namespaces_ping(plugin: &str, extra: Value, subnet: &str) {
         2
     );
 
-    run_main_plugin(&path, plugin, "DEL", &a, &conf).ok();
-    run_main_plugin(&path, plugin, "DEL", &b, &conf).ok();
+    run_main_plugin(&path, plugin, "DEL", &a, &conf).assert_ok();
+    run_main_plugin(&path, plugin, "DEL", &b, &conf).assert_ok();
     let left: Vec<_> = node
         .store_entries("testnet")
         .into_iter()

@@ -22,7 +22,7 @@ fn exclude_and_cooldown_show_in_list_and_stats() {
     );
     assert_eq!(Call::new("ADD", "c1").run(&conf).address(), "10.40.0.2/29");
     assert_eq!(Call::new("ADD", "c2").run(&conf).address(), "10.40.0.3/29");
-    Call::new("DEL", "c1").run(&conf).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
 
     let data_dir = node.data_dir().to_string_lossy().into_owned();
     let list: Value = serde_json::from_str(&operator(
@@ -113,7 +113,7 @@ fn a_large_ipv6_exclusion_costs_per_range() {
         Call::new("ADD", "c1").run(&conf).address(),
         "fd00::1000:0/64"
     );
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
     let line = node.log_lines("invocation").pop().unwrap();
     assert!(line["budget_used_ms"].as_f64().unwrap() < 5000.0, "{line}");
     let data_dir = node.data_dir().to_string_lossy().into_owned();
@@ -136,9 +136,9 @@ fn import_from_host_local_continues_without_reuse() {
     let node = Node::new();
     let hl = node.dir.path().join("cni-networks");
     for c in ["c1", "c2", "c3"] {
-        host_local(&hl, "ADD", c).ok();
+        host_local(&hl, "ADD", c).assert_ok();
     }
-    host_local(&hl, "DEL", "c2").ok();
+    host_local(&hl, "DEL", "c2").assert_ok();
 
     let (hl_dir, data_dir) = (
         hl.to_string_lossy(),
@@ -211,7 +211,7 @@ fn import_from_host_local_continues_without_reuse() {
     assert_eq!(ours, theirs);
     assert_eq!(ours, "10.41.0.5/24");
     // An imported allocation is released by wasm-ipam's DEL.
-    Call::new("DEL", "c1").run(&conf).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
     assert!(
         !node
             .store_entries("testnet")
@@ -228,7 +228,7 @@ fn list_into_a_closed_pipe_stops_quietly() {
         &host_local_module(),
         json!({"subnet": "10.41.0.0/24"}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     // A reader that has gone before anything is written, as `| head -0` becomes.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
@@ -258,8 +258,8 @@ fn forget_removes_a_network_only_once_it_holds_nothing() {
     );
     let mut other = conf.clone();
     other["name"] = "kept".into();
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("ADD", "c1").run(&other).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("ADD", "c1").run(&other).assert_ok();
     let data_dir = node.data_dir().to_string_lossy().into_owned();
     let lock = node.lock_file().to_string_lossy().into_owned();
     let forget = |extra: &[&str]| {
@@ -279,7 +279,7 @@ fn forget_removes_a_network_only_once_it_holds_nothing() {
         !ok && stderr.contains("still holds 1 allocation"),
         "{stderr}"
     );
-    Call::new("DEL", "c1").run(&conf).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
     let (ok, out, stderr) = forget(&[]);
     assert!(ok, "{stderr}");
     assert!(out.contains("forgot network testnet"), "{out}");
@@ -293,7 +293,7 @@ fn forget_removes_a_network_only_once_it_holds_nothing() {
     assert!(!ok && stderr.contains("holds nothing"), "{stderr}");
 
     // A module that can no longer be asked: refused, unless forced.
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     let mut gone = conf.clone();
     gone["ipam"]["module"] = node
         .dir
@@ -302,7 +302,7 @@ fn forget_removes_a_network_only_once_it_holds_nothing() {
         .to_string_lossy()
         .into();
     std::fs::copy(host_local_module(), node.dir.path().join("removed.wasm")).unwrap();
-    Call::new("ADD", "c3").run(&gone).ok();
+    Call::new("ADD", "c3").run(&gone).assert_ok();
     std::fs::remove_file(node.dir.path().join("removed.wasm")).unwrap();
     let (ok, _, stderr) = forget(&[]);
     assert!(!ok && stderr.contains("cannot tell whether"), "{stderr}");
@@ -321,7 +321,7 @@ fn list_json_ends_with_a_newline() {
         &host_local_module(),
         json!({"subnet": "10.43.0.0/24"}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let data_dir = node.data_dir().to_string_lossy().into_owned();
     let out = operator(&node, &["list", "--json", "--data-dir", &data_dir]);
     assert!(out.ends_with("]\n"), "{out:?}");

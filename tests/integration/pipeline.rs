@@ -121,8 +121,8 @@ fn operator_commands_keep_the_call_order_and_write_its_log_line() {
         &host_local_module(),
         json!({"subnet": "10.45.0.0/24"}),
     );
-    Call::new("ADD", "live").run(&conf).ok();
-    Call::new("ADD", "lost").run(&conf).ok();
+    Call::new("ADD", "live").run(&conf).assert_ok();
+    Call::new("ADD", "lost").run(&conf).assert_ok();
 
     for command in ["list", "stats"] {
         let args = with_node(&node, &[command]);
@@ -180,7 +180,7 @@ fn operator_commands_keep_the_call_order_and_write_its_log_line() {
         !ok && stderr.contains("still holds 1 allocation"),
         "{stderr}"
     );
-    Call::new("DEL", "live").run(&conf).ok();
+    Call::new("DEL", "live").run(&conf).assert_ok();
     let (ok, stderr, lines) = traced(&args);
     assert!(ok, "forget: {stderr}");
     assert_eq!(assert_pipeline_order("forget", &events(&lines, &node)), 1);
@@ -198,7 +198,7 @@ fn operator_commands_keep_the_call_order_and_write_its_log_line() {
             "ipam": {"type": "host-local", "subnet": "10.45.0.0/24", "dataDir": hl}});
         Call::new(command, container)
             .run_plugin(Path::new("/usr/lib/cni/host-local"), &conf)
-            .ok();
+            .assert_ok();
     };
     host_local("ADD", "from-host-local");
     let netconf = node.dir.path().join("testnet.conf");
@@ -240,7 +240,7 @@ fn gc_from_a_file_keeps_young_and_listed_attachments_and_refuses_an_empty_list()
         json!({"subnet": "10.46.0.0/24"}),
     );
     for c in ["a", "b"] {
-        Call::new("ADD", c).run(&conf).ok();
+        Call::new("ADD", c).run(&conf).assert_ok();
     }
     let ids = node.dir.path().join("ids");
     let gc = |listed: &str, extra: &[&str]| {

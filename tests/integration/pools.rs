@@ -59,7 +59,7 @@ fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() 
                     let reply = Call::new("ADD", &id)
                         .env("CNI_ARGS", pod_args(namespace, &id))
                         .run(conf);
-                    reply.ok();
+                    reply.assert_ok();
                     (id, namespace, reply.json.unwrap())
                 })
             })
@@ -211,7 +211,7 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
     assert!(own.iter().all(|a| a.ends_with("/29")), "{own:?}");
     // Node 0's one block is full: it borrows from node 1's.
     let reply = Call::new("ADD", "a-5").run(&confs[0]);
-    let result = reply.ok().json.clone().unwrap();
+    let result = reply.assert_ok().json.clone().unwrap();
     let address = result["ips"][0]["address"].as_str().unwrap();
     let block = |a: &str| {
         let ip: std::net::Ipv4Addr = a.split('/').next().unwrap().parse().unwrap();
@@ -241,7 +241,7 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         .collect();
     assert_eq!(borrowed, ["a-5"], "{stdout}");
     // Its DEL hands the address back to the lender's block.
-    Call::new("DEL", "a-5").run(&confs[0]).ok();
+    Call::new("DEL", "a-5").run(&confs[0]).assert_ok();
     let again = Call::new("ADD", "b-1").run(&confs[1]).address().to_string();
     assert_eq!(
         again.split('/').next(),
@@ -251,9 +251,11 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
 
     // With strictAffinity, the same situation is an error, and nothing is written.
     let (_strict_nodes, strict) = cluster(&etcd, "/s/", &limited(true));
-    Call::new("ADD", "b-0").run(&strict[1]).ok();
+    Call::new("ADD", "b-0").run(&strict[1]).assert_ok();
     for i in 0..5 {
-        Call::new("ADD", &format!("a-{i}")).run(&strict[0]).ok();
+        Call::new("ADD", &format!("a-{i}"))
+            .run(&strict[0])
+            .assert_ok();
     }
     let keys = etcd.keys("/s/n/testnet/e/");
     let refused = Call::new("ADD", "a-5").run(&strict[0]);
@@ -351,7 +353,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
                         let pod = format!("n{n}-p{i}");
                         let add_start = Instant::now();
                         let reply = Call::new("ADD", &pod).run(conf);
-                        let address = reply.ok().address().to_string();
+                        let address = reply.assert_ok().address().to_string();
                         holds.push(Hold {
                             pod,
                             address,
@@ -365,7 +367,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
                         if deletes && i % 3 == 2 {
                             let gone = &mut holds[i - 1];
                             gone.del_start = Some(Instant::now());
-                            Call::new("DEL", &gone.pod).run(conf).ok();
+                            Call::new("DEL", &gone.pod).run(conf).assert_ok();
                         }
                     }
                     holds
@@ -532,7 +534,10 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
     let asked = Call::new("ADD", "wants-vip")
         .env("CNI_ARGS", format!("IP={free}"))
         .run(&confs[1]);
-    assert_eq!(asked.ok().address().split('/').next(), Some(free.as_str()));
+    assert_eq!(
+        asked.assert_ok().address().split('/').next(),
+        Some(free.as_str())
+    );
     let (ok, _, stderr) = operator_on(&nodes[1], &conf_file, &["unreserve", "10.84.0.96/28"]);
     assert!(!ok && stderr.contains("is not reserved"), "{stderr}");
 }
@@ -603,7 +608,7 @@ fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_no
         Call::new("DEL", &id)
             .env("CNI_ARGS", pod(&format!("{name}{i}")))
             .run(&confs[0])
-            .ok();
+            .assert_ok();
     }
     assert_eq!(
         churned.len(),
@@ -614,7 +619,7 @@ fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_no
     Call::new("DEL", "db-c1")
         .env("CNI_ARGS", pod("db-0"))
         .run(&confs[0])
-        .ok();
+        .assert_ok();
     assert_eq!(
         etcd.keys("/k/n/testnet/e/sticky/"),
         ["/k/n/testnet/e/sticky/web/db-0"]
@@ -653,7 +658,7 @@ fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus() {
     Call::new("ADD", "c1")
         .env("CNI_ARGS", pod_args("web", "1"))
         .run(&confs[0])
-        .ok();
+        .assert_ok();
     let conf_file = write_conf(&nodes[0], &confs[0]);
     let wide = 61u128 << 74;
     let slash64 = 61u128 << 58;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 #[test]
 fn version_lists_supported_versions() {
     let reply = Call::new("VERSION", "").run_raw(b"");
-    reply.ok();
+    reply.assert_ok();
     assert_eq!(
         reply.json.unwrap(),
         json!({"cniVersion": "1.1.0", "supportedVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]})
@@ -28,7 +28,7 @@ fn add_check_del_round_trip_under_every_version() {
         let node = Node::new();
         let conf = range_conf(&node, version);
         let add = Call::new("ADD", "ctr1").run(&conf);
-        add.ok();
+        add.assert_ok();
         let result = add.json.unwrap();
         assert_eq!(result["cniVersion"], *version);
         assert_eq!(result["ips"][0]["address"], "10.10.0.2/24", "{version}");
@@ -55,14 +55,14 @@ fn add_check_del_round_trip_under_every_version() {
         if *version == "0.3.0" || *version == "0.3.1" {
             assert_eq!(check.error_code(), 1, "CHECK needs 0.4.0");
         } else {
-            check.ok();
+            check.assert_ok();
             assert!(check.stdout.is_empty());
             // An attachment that holds nothing fails CHECK.
             Call::new("CHECK", "ctr-unknown").run(&conf).error_code();
         }
 
         let del = Call::new("DEL", "ctr1").run(&conf);
-        del.ok();
+        del.assert_ok();
         assert!(del.stdout.is_empty());
         assert!(
             !node
@@ -72,7 +72,7 @@ fn add_check_del_round_trip_under_every_version() {
             "DEL released the address"
         );
         // DEL is idempotent: nothing allocated is success.
-        Call::new("DEL", "ctr1").run(&conf).ok();
+        Call::new("DEL", "ctr1").run(&conf).assert_ok();
     }
 }
 
@@ -80,12 +80,12 @@ fn add_check_del_round_trip_under_every_version() {
 fn del_without_any_allocation_succeeds() {
     let node = Node::new();
     let conf = range_conf(&node, "1.0.0");
-    Call::new("DEL", "never-added").run(&conf).ok();
+    Call::new("DEL", "never-added").run(&conf).assert_ok();
     // DEL may come without a netns (the runtime already removed it).
     Call::new("DEL", "never-added")
         .env("CNI_NETNS", "")
         .run(&conf)
-        .ok();
+        .assert_ok();
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn guest_output_never_reaches_stdout() {
         json!({"probe": {"print": "noise from the guest"}}),
     );
     let reply = Call::new("ADD", "c1").run(&conf);
-    reply.ok();
+    reply.assert_ok();
     assert!(!reply.stdout.contains("noise"), "{}", reply.stdout);
     let guest = node.log_lines("guest");
     assert!(
@@ -117,7 +117,7 @@ fn guest_output_never_reaches_stdout() {
 fn one_log_line_per_invocation() {
     let node = Node::new();
     let conf = node.netconf("1.0.0", &probe_module(), json!({}));
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let failing = node.netconf(
         "1.0.0",
         &probe_module(),
@@ -145,13 +145,13 @@ fn gc_and_status_reach_the_module_under_1_1_0() {
         json!({"probe": {"write": ["gc=ran"]}}),
     );
     conf["cni.dev/valid-attachments"] = json!([{"containerID": "c1", "ifname": "eth0"}]);
-    Call::new("GC", "").run(&conf).ok();
+    Call::new("GC", "").run(&conf).assert_ok();
     assert_eq!(
         node.store_entries("testnet"),
         vec![("gc".to_string(), "ran".to_string())]
     );
     let status = node.netconf("1.1.0", &probe_module(), json!({}));
-    Call::new("STATUS", "").run(&status).ok();
+    Call::new("STATUS", "").run(&status).assert_ok();
     // GC under an older version is refused, as skel does.
     let old = node.netconf("1.0.0", &probe_module(), json!({}));
     assert_eq!(Call::new("GC", "").run(&old).error_code(), 1);

@@ -181,8 +181,8 @@ fn measure() {
         for (p, (_, conf)) in nodes.iter().enumerate() {
             let id = format!("c{i}");
             let started = std::time::Instant::now();
-            Call::new("ADD", &id).run(conf).ok();
-            Call::new("DEL", &id).run(conf).ok();
+            Call::new("ADD", &id).run(conf).assert_ok();
+            Call::new("DEL", &id).run(conf).assert_ok();
             if i > 0 {
                 cycles[p].push(started.elapsed().as_secs_f64() * 1000.0);
             }
@@ -215,7 +215,7 @@ fn measure() {
         let node = Node::new();
         let mut conf = node.netconf("1.0.0", &go.module, peers[1].2.clone());
         conf["ipam"]["cacheDir"] = node.dir.path().join("cache").to_string_lossy().into();
-        Call::new("ADD", "c1").run(&conf).ok();
+        Call::new("ADD", "c1").run(&conf).assert_ok();
         let line = &node.log_lines("invocation")[0];
         assert_eq!(line["module_cached"], false);
         compile.push(line["load_ms"].as_f64().unwrap());

@@ -114,13 +114,13 @@ fn add_check_del(
     for (key, value) in top.as_object().unwrap() {
         both = both.with(key, value.clone());
     }
-    let result = both.same("ADD", cni_args).ok().json.clone().unwrap();
+    let result = both.same("ADD", cni_args).assert_ok().json.clone().unwrap();
     if version == "0.4.0" || version == "1.0.0" {
         let both = both.with("prevResult", result.clone());
-        both.same("CHECK", cni_args).ok();
-        both.same("DEL", cni_args).ok();
+        both.same("CHECK", cni_args).assert_ok();
+        both.same("DEL", cni_args).assert_ok();
     } else {
-        both.same("DEL", cni_args).ok();
+        both.same("DEL", cni_args).assert_ok();
     }
     result
 }
@@ -171,15 +171,15 @@ pub fn several_addresses_per_family(subject: &Static) {
 pub fn an_answer_without_addresses_keeps_an_empty_ips_list(subject: &Static) {
     let both = Both::new(subject, "1.0.0", json!({"routes": [{"dst": "10.0.0.0/8"}]}));
     let (ours, theirs) = both.run("ADD", "");
-    let mut ours = ours.ok().json.clone().unwrap();
-    let theirs = theirs.ok().json.clone().unwrap();
+    let mut ours = ours.assert_ok().json.clone().unwrap();
+    let theirs = theirs.assert_ok().json.clone().unwrap();
     assert!(theirs.get("ips").is_none(), "{theirs}");
     assert_eq!(ours["ips"], json!([]));
     ours.as_object_mut().unwrap().remove("ips");
     assert_eq!(ours, theirs);
     let both = both.with("prevResult", theirs);
-    both.same("CHECK", "").ok();
-    both.same("DEL", "").ok();
+    both.same("CHECK", "").assert_ok();
+    both.same("DEL", "").assert_ok();
 }
 
 pub fn cni_args_ip_and_gateway(subject: &Static) {
@@ -382,7 +382,7 @@ pub fn answers_static_prints_but_cni_forbids_are_refused(subject: &Static) {
         json!({"routes": [{"gw": "10.58.0.1"}]}),
     ] {
         let (ours, theirs) = Both::new(subject, "1.0.0", ipam.clone()).run("ADD", "");
-        theirs.ok();
+        theirs.assert_ok();
         assert_eq!(ours.error_code(), 106, "{ipam}: {ours:?}");
     }
 }
@@ -405,14 +405,14 @@ pub fn cni_1_1_0_where_debian_static_refuses_it(subject: &Static) {
         .json
         .unwrap();
     expected["cniVersion"] = "1.1.0".into();
-    assert_eq!(ours.ok().json.as_ref(), Some(&expected));
+    assert_eq!(ours.assert_ok().json.as_ref(), Some(&expected));
 
     let both = Both::new(subject, "1.1.0", ipam)
         .with("prevResult", expected)
         .with("cni.dev/valid-attachments", json!([]));
     for command in ["CHECK", "GC", "STATUS", "DEL"] {
         let reply = Call::new(command, "c1").run(&both.ours);
-        assert!(reply.ok().json.is_none(), "{command}: {reply:?}");
+        assert!(reply.assert_ok().json.is_none(), "{command}: {reply:?}");
     }
 }
 
@@ -424,7 +424,7 @@ pub fn cni_args_the_host_parses_first(subject: &Static) {
     let (ours, theirs) = both.run("ADD", "IP=10.60.0.5/24;");
     assert_eq!(theirs.msg(), "ARGS: invalid pair \"\"");
     assert_eq!(
-        ours.ok().json.as_ref().unwrap()["ips"][0]["address"],
+        ours.assert_ok().json.as_ref().unwrap()["ips"][0]["address"],
         "10.60.0.5/24"
     );
     let (ours, theirs) = both.run("ADD", "IP=10.60.0.5/24;IgnoreUnknown");

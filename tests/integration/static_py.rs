@@ -66,7 +66,7 @@ pub fn static_py_module() -> &'static Path {
             limits: limits(),
         };
         let conf = with_limits(&limits, node.netconf("1.0.0", &module, json!({})));
-        Call::new("ADD", "warm").run(&conf).ok();
+        Call::new("ADD", "warm").run(&conf).assert_ok();
         assert_eq!(
             node.log_lines("invocation")[0]["module_cached"],
             true,
@@ -159,7 +159,7 @@ fn operators_see_nothing_allocated_and_nothing_to_import() {
         "1.0.0",
         json!({"addresses": [{"address": "10.61.0.5/24"}]}),
     );
-    both.same("ADD", "").ok();
+    both.same("ADD", "").assert_ok();
     let node = &both.node;
     let netconf = node.dir.path().join("netconf.json");
     std::fs::write(&netconf, both.ours.to_string()).unwrap();
@@ -251,7 +251,7 @@ fn warm_calls(module: &Path, ipam: &Value, command: &str, runs: usize) -> String
     for i in 0..=runs {
         let container = format!("c{i}");
         let (reply, measured) = Call::new(command, &container).run_measured(&conf);
-        reply.ok();
+        reply.assert_ok();
         if i > 0 {
             load.push(logged_ms(&node, "load_ms"));
             store_open.push(logged_ms(&node, "store_open_ms"));
@@ -297,7 +297,7 @@ fn measure() {
         let mut conf = with_limits(&python(), node.netconf("1.0.0", module, ipam.clone()));
         conf["ipam"]["cacheDir"] = node.dir.path().join("cache").to_string_lossy().into();
         let (reply, measured) = Call::new("ADD", "c1").run_measured(&conf);
-        reply.ok();
+        reply.assert_ok();
         assert_eq!(node.log_lines("invocation")[0]["module_cached"], false);
         compile_ms.push(logged_ms(&node, "load_ms"));
         first_rss.push(measured.peak_rss_mib);
@@ -314,7 +314,9 @@ fn measure() {
     let (mut static_ms, mut static_rss) = (vec![], vec![]);
     for _ in 0..RUNS {
         let started = std::time::Instant::now();
-        Call::new("ADD", "c1").run_plugin(reference(), &theirs).ok();
+        Call::new("ADD", "c1")
+            .run_plugin(reference(), &theirs)
+            .assert_ok();
         static_ms.push(started.elapsed().as_secs_f64() * 1000.0);
         let report = tempfile::NamedTempFile::new().unwrap();
         let mut time = Command::new("/usr/bin/time");

@@ -37,12 +37,12 @@ fn an_exhausted_range_keeps_status_ready_and_shows_in_the_log_and_the_metric() {
     );
     let metric =
         "wasm_ipam_status_conditions{network=\"testnet\",source=\"module\",code=\"999\"} 1";
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("STATUS", "").run(&strict(&conf)).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("STATUS", "").run(&strict(&conf)).assert_ok();
     // The second ADD takes the range's last address: every later ADD fails.
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     assert_eq!(Call::new("ADD", "c3").run(&conf).error_code(), 999);
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
     assert!(prometheus(&node).contains(metric), "{}", prometheus(&node));
     let warned = node.log_lines("status");
     assert!(
@@ -57,8 +57,8 @@ fn an_exhausted_range_keeps_status_ready_and_shows_in_the_log_and_the_metric() {
     assert_eq!(refused.error_code(), 50, "{refused:?}");
     assert!(refused.msg().contains("range set 0"), "{}", refused.msg());
     // A DEL frees an address: the condition is gone, strict or not.
-    Call::new("DEL", "c1").run(&conf).ok();
-    Call::new("STATUS", "").run(&strict(&conf)).ok();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
+    Call::new("STATUS", "").run(&strict(&conf)).assert_ok();
     assert!(!prometheus(&node).contains("source=\"module\""));
 }
 
@@ -79,8 +79,8 @@ fn status_fails_for_this_node_s_own_faults() {
         &module,
         json!({"subnet": "10.1.6.0/24", "moduleSha256": sha}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
     std::fs::copy(minimal_module(), &module).unwrap();
     let replaced = Call::new("STATUS", "").run(&conf);
     assert_eq!(replaced.error_code(), 50, "{replaced:?}");
@@ -90,7 +90,7 @@ fn status_fails_for_this_node_s_own_faults() {
         replaced.msg()
     );
     std::fs::copy(host_local_module(), &module).unwrap();
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
 
     // The module missing.
     let mut missing = conf.clone();
@@ -131,7 +131,7 @@ fn an_unreachable_cluster_store_keeps_status_ready() {
         json!({"type": "etcd", "endpoints": ["http://127.0.0.1:1"], "timeoutSeconds": 1});
     assert_eq!(Call::new("ADD", "c1").run(&conf).error_code(), 11);
     let started = Instant::now();
-    Call::new("STATUS", "").run(&conf).ok();
+    Call::new("STATUS", "").run(&conf).assert_ok();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(1), "STATUS took {took:?}");
     let metric = "wasm_ipam_status_conditions{network=\"testnet\",source=\"store\",code=\"11\"} 1";
@@ -154,7 +154,7 @@ fn a_module_s_degraded_report_is_bounded() {
         &probe_module(),
         json!({"probe": {"degraded": [huge], "degradedCopies": 1000}}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let metric =
         "wasm_ipam_status_conditions{network=\"testnet\",source=\"module\",code=\"107\"} 16";
     assert!(prometheus(&node).contains(metric), "{}", prometheus(&node));
@@ -176,7 +176,7 @@ fn status_answers_within_a_second_while_a_thousand_calls_wait() {
         &minimal_module(),
         json!({"addresses": ["10.1.7.2/16"]}),
     );
-    Call::new("ADD", "warm").run(&conf).ok();
+    Call::new("ADD", "warm").run(&conf).assert_ok();
     std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
     let held = std::fs::File::create(node.lock_file()).unwrap();
     held.lock().unwrap();
@@ -188,7 +188,7 @@ fn status_answers_within_a_second_while_a_thousand_calls_wait() {
     let mut slowest = Duration::ZERO;
     for _ in 0..3 {
         let started = Instant::now();
-        Call::new("STATUS", "").run(&conf).ok();
+        Call::new("STATUS", "").run(&conf).assert_ok();
         slowest = slowest.max(started.elapsed());
     }
     for child in &mut herd {

@@ -18,18 +18,18 @@ fn one_sync_per_committing_call_and_none_for_a_call_that_changes_nothing() {
     let node = Node::new();
     let conf = conf(&node);
     // The first calls create the store and start its log; not what is counted.
-    Call::new("ADD", "c1").run(&conf).ok();
-    let added = Call::new("ADD", "c2").run(&conf).ok().json.clone();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    let added = Call::new("ADD", "c2").run(&conf).assert_ok().json.clone();
 
     let (reply, syncs) = Call::new("ADD", "c3").run_counting_syncs(&conf);
-    reply.ok();
+    reply.assert_ok();
     assert_eq!(syncs.len(), 1, "an ADD: {syncs:#?}");
     assert!(
         syncs[0].contains(" fdatasync(") && syncs[0].contains("store.sqlite-wal>"),
         "the one sync is the log's: {syncs:#?}"
     );
     let (reply, syncs) = Call::new("DEL", "c3").run_counting_syncs(&conf);
-    reply.ok();
+    reply.assert_ok();
     assert_eq!(syncs.len(), 1, "a DEL that frees an address: {syncs:#?}");
 
     for (command, id) in [("DEL", "never-added"), ("CHECK", "c2")] {
@@ -38,7 +38,7 @@ fn one_sync_per_committing_call_and_none_for_a_call_that_changes_nothing() {
             conf["prevResult"] = added.clone().expect("ADD's result");
         }
         let (reply, syncs) = Call::new(command, id).run_counting_syncs(&conf);
-        reply.ok();
+        reply.assert_ok();
         assert!(syncs.is_empty(), "{command} changes nothing: {syncs:#?}");
     }
 }
@@ -47,7 +47,7 @@ fn one_sync_per_committing_call_and_none_for_a_call_that_changes_nothing() {
 fn an_emptied_store_is_refused_with_cni_error_json_and_left_as_it_is() {
     let node = Node::new();
     let conf = conf(&node);
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
     std::fs::write(&store, b"").unwrap();
     let log = node.data_dir().join("store.sqlite-wal");
@@ -79,8 +79,8 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
     use std::os::unix::fs::{FileExt, MetadataExt};
     let node = Node::new();
     let conf = conf(&node);
-    Call::new("ADD", "c1").run(&conf).ok();
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
     let checked = store_command(&node, "check", &[]);
     assert!(checked.status.success(), "{checked:?}");
     assert!(String::from_utf8_lossy(&checked.stdout).contains(": ok, "));
@@ -145,17 +145,17 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
         held.iter().any(|v| v.starts_with("c1")) && held.iter().any(|v| v.starts_with("c2")),
         "{held:?}"
     );
-    Call::new("ADD", "c3").run(&conf).ok();
+    Call::new("ADD", "c3").run(&conf).assert_ok();
 }
 
 #[test]
 fn the_lock_is_released_before_the_commit_is_synced_and_the_answer_after() {
     let node = Node::new();
     let conf = conf(&node);
-    Call::new("ADD", "c0").run(&conf).ok();
+    Call::new("ADD", "c0").run(&conf).assert_ok();
     let (reply, lines) =
         Call::new("ADD", "c1").run_tracing(&conf, "unlink,unlinkat,close,fdatasync,write");
-    reply.ok();
+    reply.assert_ok();
     let position = |what: &str, pred: &dyn Fn(&str) -> bool| {
         lines
             .iter()

@@ -300,7 +300,7 @@ fn a_vendor_signs_and_pushes_and_a_node_pulls_verifies_and_runs_it() {
         json!({"moduleSha256": sha, "trustPolicy": strict, "cacheDir": dir.join("cache"),
                "addresses": ["10.71.0.5/24", "10.71.0.6/24", "10.71.0.7/24", "10.71.0.8/24"]}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
     let held = node.store_entries("testnet");
     assert!(!held.is_empty());
 
@@ -313,7 +313,7 @@ fn a_vendor_signs_and_pushes_and_a_node_pulls_verifies_and_runs_it() {
     assert_eq!(refused.error_code(), 110, "{}", refused.msg());
     assert!(refused.msg().contains(&id_b), "{}", refused.msg());
     std::fs::write(&signature, &vendors).unwrap();
-    Call::new("ADD", "c2").run(&conf).ok();
+    Call::new("ADD", "c2").run(&conf).assert_ok();
 
     // The vendor's key removed from the policy: refused on the next call.
     policy(dir, "trust.json", true, &[&public_b]);
@@ -557,7 +557,7 @@ fn oras_and_wasm_ipam_pull_what_the_other_pushed() {
         &pulled,
         json!({"cacheDir": dir.join("cache"), "addresses": ["10.72.0.5/24"]}),
     );
-    Call::new("ADD", "c1").run(&conf).ok();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
 
     // wasm-ipam pushes (with a signature, a referrer ORAS ignores), ORAS pulls the
     // module byte for byte.
@@ -644,7 +644,7 @@ fn a_netconf_adds_to_the_node_policy_and_never_weakens_it() {
     };
 
     // No node policy, a lenient netconf one: unsigned runs.
-    call(&unsigned, Some(&lenient), "c1").ok();
+    call(&unsigned, Some(&lenient), "c1").assert_ok();
     // The node requires the vendor's key: the lenient netconf cannot undo it.
     std::fs::copy(&strict, etc.join("trust.json")).unwrap();
     let refused = call(&unsigned, Some(&lenient), "c2");
@@ -657,12 +657,12 @@ fn a_netconf_adds_to_the_node_policy_and_never_weakens_it() {
         refused.msg()
     );
     let ran = call(&signed, Some(&lenient), "c3");
-    ran.ok();
+    ran.assert_ok();
     // A lenient node, a strict netconf: the netconf's requirement holds.
     std::fs::copy(&lenient, etc.join("trust.json")).unwrap();
     let refused = call(&unsigned, Some(&strict), "c4");
     assert_eq!(refused.error_code(), 110, "{}", refused.msg());
-    call(&signed, Some(&strict), "c5").ok();
+    call(&signed, Some(&strict), "c5").assert_ok();
     // inspect and pull read the node's policy too.
     std::fs::copy(&strict, etc.join("trust.json")).unwrap();
     let out = with_node_policy(&etc, bin())
@@ -872,6 +872,6 @@ fn a_go_module_is_signed_pushed_pulled_and_run_like_any_other() {
                "addresses": [{"address": "10.72.0.5/24", "gateway": "10.72.0.1"}]}),
     );
     let reply = Call::new("ADD", "c1").run(&conf);
-    reply.ok();
+    reply.assert_ok();
     assert_eq!(reply.address(), "10.72.0.5/24");
 }

@@ -10,7 +10,7 @@ use crate::cni::{self, Command, Invocation};
 use crate::config::{self, NetConf};
 use crate::error::CniError;
 use crate::module::bindings::types;
-use crate::module::instance::{Answer, Call, Work};
+use crate::module::instance::{Answer, Call, Question};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde_json::Value;
 
@@ -87,7 +87,7 @@ fn run(
         ),
         Command::Version => unreachable!("answered above"),
     };
-    let work = Work::Handle(guest_request(invocation, &conf, module_config), call);
+    let work = Question::Handle(guest_request(invocation, &conf, module_config), call);
     let label = Label {
         command: invocation.command.as_str().to_string(),
         container_id: invocation.container_id.clone(),

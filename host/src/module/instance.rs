@@ -81,17 +81,19 @@ impl LoadedModule {
 
     /// Why the module cannot be asked `work`: it lacks the export. Checked before the
     /// lock, so nothing waits for a question the module cannot answer.
-    pub fn refusal(&self, work: &Work) -> Option<CniError> {
+    pub fn refusal(&self, work: &Question) -> Option<CniError> {
         let (exported, interface, since) = match work {
-            Work::Handle(..) => return None,
-            Work::Allocations(_) | Work::Pools(_) => (self.exports_inspect(), "inspect", "0.2.0"),
-            Work::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
-            Work::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
-            Work::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
-            Work::Reserve(_) | Work::Unreserve(..) | Work::Reservations(_) => {
+            Question::Handle(..) => return None,
+            Question::Allocations(_) | Question::Pools(_) => {
+                (self.exports_inspect(), "inspect", "0.2.0")
+            }
+            Question::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
+            Question::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
+            Question::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
+            Question::Reserve(_) | Question::Unreserve(..) | Question::Reservations(_) => {
                 (self.exports_reservations(), "reservations", "0.2.3")
             }
-            Work::Usage(_) => (self.exports_usage(), "usage", "0.2.3"),
+            Question::Usage(_) => (self.exports_usage(), "usage", "0.2.3"),
         };
         (!exported).then(|| {
             CniError::new(
@@ -121,7 +123,7 @@ pub enum Call {
 
 /// What to ask a module.
 #[derive(Clone)]
-pub enum Work {
+pub enum Question {
     /// A CNI command.
     Handle(types::Request, Call),
     /// `inspect.allocations`.
@@ -168,7 +170,7 @@ pub struct Import {
     pub files: Vec<migrate::StateFile>,
 }
 
-/// What a module answered, by the [`Work`] asked.
+/// What a module answered, by the [`Question`] asked.
 pub enum Answer {
     /// For ADD the result, checked ([`crate::module::answer::checked_result`]),
     /// otherwise `None`.
@@ -383,7 +385,7 @@ impl ModuleHost {
     /// Instantiates the module and asks it `work`, stopping it at the deadline.
     ///
     /// Called only after the lock grant: `state` holds a deadline built from the grant.
-    pub fn call(&self, module: &LoadedModule, state: GuestState, work: Work) -> GuestOutcome {
+    pub fn call(&self, module: &LoadedModule, state: GuestState, work: Question) -> GuestOutcome {
         let deadline = state.deadline;
         let transfer_limit = state.transfer_limit;
         let mut store = wasmtime::Store::new(&self.engine, state);
@@ -432,14 +434,14 @@ async fn ask(
     module: &LoadedModule,
     store: &mut Store,
     instance: &wasmtime::component::Instance,
-    work: Work,
+    work: Question,
 ) -> wasmtime::Result<Result<Answer, CniError>> {
     use crate::module::answer::{checked_result, module_error};
     if let Some(refused) = module.refusal(&work) {
         return Ok(Err(refused));
     }
     Ok(match work {
-        Work::Handle(request, call) => match &module.handler {
+        Question::Handle(request, call) => match &module.handler {
             Handler::V0_2(indices) => {
                 let h = indices.load(&mut *store, instance)?;
                 let s = &mut *store;
@@ -477,96 +479,72 @@ async fn ask(
                 .map(Answer::Handled)
             }
         },
-        Work::Allocations(context) => match &module.inspect {
-            Some(indices) => indices
+        Question::Allocations(context) => present(&module.inspect)
+            .load(&mut *store, instance)?
+            .call_allocations(&mut *store, &context)
+            .await?
+            .map(Answer::Allocations)
+            .map_err(module_error),
+        Question::Pools(context) => present(&module.inspect)
+            .load(&mut *store, instance)?
+            .call_pools(&mut *store, &context)
+            .await?
+            .map(Answer::Pools)
+            .map_err(module_error),
+        Question::Import(import) => present(&module.migrate)
+            .load(&mut *store, instance)?
+            .call_import_state(
+                &mut *store,
+                &import.format,
+                &import.network,
+                import.config.as_deref(),
+                &import.files,
+            )
+            .await?
+            .map(Answer::Imported)
+            .map_err(module_error),
+        Question::ReleaseNode(release) => present(&module.nodes)
+            .load(&mut *store, instance)?
+            .call_release_node(
+                &mut *store,
+                &release.context,
+                &release.node,
+                release.dry_run,
+            )
+            .await?
+            .map(Answer::Released)
+            .map_err(module_error),
+        Question::Capabilities => Ok(Answer::Capabilities(
+            present(&module.capabilities)
                 .load(&mut *store, instance)?
-                .call_allocations(&mut *store, &context)
-                .await?
-                .map(Answer::Allocations)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Pools(context) => match &module.inspect {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_pools(&mut *store, &context)
-                .await?
-                .map(Answer::Pools)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Import(import) => match &module.migrate {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_import_state(
-                    &mut *store,
-                    &import.format,
-                    &import.network,
-                    import.config.as_deref(),
-                    &import.files,
-                )
-                .await?
-                .map(Answer::Imported)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::ReleaseNode(release) => match &module.nodes {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_release_node(
-                    &mut *store,
-                    &release.context,
-                    &release.node,
-                    release.dry_run,
-                )
-                .await?
-                .map(Answer::Released)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Capabilities => match &module.capabilities {
-            Some(indices) => Ok(Answer::Capabilities(
-                indices
-                    .load(&mut *store, instance)?
-                    .call_functions(&mut *store)
-                    .await?,
-            )),
-            None => unreachable!("refused above"),
-        },
-        Work::Reserve(reserve) => match &module.reservations {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_reserve(
-                    &mut *store,
-                    &reserve.context,
-                    &reserve.cidr,
-                    &reserve.note,
-                    reserve.force,
-                )
-                .await?
-                .map(Answer::Reservation)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Unreserve(context, cidr) => match &module.reservations {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_unreserve(&mut *store, &context, &cidr)
-                .await?
-                .map(Answer::Reservation)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Reservations(context) => match &module.reservations {
-            Some(indices) => indices
-                .load(&mut *store, instance)?
-                .call_all(&mut *store, &context)
-                .await?
-                .map(Answer::Reservations)
-                .map_err(module_error),
-            None => unreachable!("refused above"),
-        },
-        Work::Usage(context) => match (&module.wide_usage, &module.usage) {
+                .call_functions(&mut *store)
+                .await?,
+        )),
+        Question::Reserve(reserve) => present(&module.reservations)
+            .load(&mut *store, instance)?
+            .call_reserve(
+                &mut *store,
+                &reserve.context,
+                &reserve.cidr,
+                &reserve.note,
+                reserve.force,
+            )
+            .await?
+            .map(Answer::Reservation)
+            .map_err(module_error),
+        Question::Unreserve(context, cidr) => present(&module.reservations)
+            .load(&mut *store, instance)?
+            .call_unreserve(&mut *store, &context, &cidr)
+            .await?
+            .map(Answer::Reservation)
+            .map_err(module_error),
+        Question::Reservations(context) => present(&module.reservations)
+            .load(&mut *store, instance)?
+            .call_all(&mut *store, &context)
+            .await?
+            .map(Answer::Reservations)
+            .map_err(module_error),
+        Question::Usage(context) => match (&module.wide_usage, &module.usage) {
             (Some(indices), _) => indices
                 .load(&mut *store, instance)?
                 .call_pools(&mut *store, &context)
@@ -582,6 +560,14 @@ async fn ask(
             (None, None) => unreachable!("refused above"),
         },
     })
+}
+
+/// The indices of an optional export the module has: [`LoadedModule::refusal`] has
+/// refused the question of a module without it.
+fn present<T>(indices: &Option<T>) -> &T {
+    indices
+        .as_ref()
+        .expect("a question of a missing export is refused before")
 }
 
 /// A `usage.pool-usage` row as `wide-usage` has it (its counts saturated at 2^64-1

@@ -11,7 +11,7 @@ use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
 use crate::lock;
 use crate::module::bindings::{inspect, nodes, types};
-use crate::module::instance::{Answer, Work};
+use crate::module::instance::{Answer, Question};
 use crate::pipeline::{self, Label, Network, Session};
 use crate::store::{self, Records, ServedBy};
 use std::path::{Path, PathBuf};
@@ -19,13 +19,13 @@ use std::time::Duration;
 
 /// Where the store and the host-wide lock are, and how long to wait for the lock.
 #[derive(Debug, Clone)]
-pub struct Place {
+pub struct StoreAndLock {
     pub data_dir: PathBuf,
     pub lock_file: PathBuf,
     pub lock_timeout: Duration,
 }
 
-impl Place {
+impl StoreAndLock {
     /// Runs `f` on the embedded store under the host-wide lock (and `store.lock`),
     /// for what needs no module: the store's records, forgetting a network.
     pub fn with_store<T>(
@@ -44,7 +44,7 @@ impl Place {
 
 /// A network's module and settings, ready to ask: its configuration's (defaults where
 /// it has none), with the operator's store and lock.
-pub struct Asked {
+pub struct NetworkToAsk {
     pub network: String,
     pub served_by: ServedBy,
     settings: Network,
@@ -52,8 +52,8 @@ pub struct Asked {
     conf: Option<NetConf>,
 }
 
-impl Asked {
-    pub fn new(network: &str, served_by: ServedBy, place: &Place) -> Result<Self, CniError> {
+impl NetworkToAsk {
+    pub fn new(network: &str, served_by: ServedBy, place: &StoreAndLock) -> Result<Self, CniError> {
         let conf = served_by
             .config
             .as_deref()
@@ -78,7 +78,7 @@ impl Asked {
         ipam.data_dir = place.data_dir.clone();
         ipam.lock_file = place.lock_file.clone();
         ipam.lock_timeout = Some(place.lock_timeout);
-        Ok(Asked {
+        Ok(NetworkToAsk {
             network: network.to_string(),
             settings: Network {
                 name: network.to_string(),
@@ -99,7 +99,7 @@ impl Asked {
         store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)?.served_by()
     }
 
-    /// Asked as node `node`: a network recorded by another node's call carries that
+    /// NetworkToAsk as node `node`: a network recorded by another node's call carries that
     /// node's `nodeName`, and an operator command runs as the node it runs on.
     pub fn as_node(mut self, node: String) -> Self {
         self.settings.ipam.node_name = Some(node);
@@ -181,8 +181,8 @@ impl Asked {
             .map(|batch| batch.answer)
     }
 
-    /// [`Asked::run`], saying whether the run's commit filled the store's
-    /// transaction ([`pipeline::Ran::full`]): the module may have left work for
+    /// [`NetworkToAsk::run`], saying whether the run's commit filled the store's
+    /// transaction ([`pipeline::RunOutcome::full`]): the module may have left work for
     /// another run.
     pub fn run_batch<T>(
         &self,
@@ -212,7 +212,7 @@ impl Asked {
     pub fn ask(
         &self,
         command: &str,
-        work: Work,
+        work: Question,
         writes: pipeline::Writes,
         notes: &mut Vec<String>,
     ) -> Result<Answer, CniError> {
@@ -226,15 +226,15 @@ pub struct Batch<T> {
     pub full: bool,
 }
 
-/// Each network's [`Asked`]; one whose record cannot be read or used is a note
+/// Each network's [`NetworkToAsk`]; one whose record cannot be read or used is a note
 /// naming it instead.
-pub fn asked_all(place: &Place, networks: Records) -> (Vec<Asked>, Vec<String>) {
+pub fn asked_all(place: &StoreAndLock, networks: Records) -> (Vec<NetworkToAsk>, Vec<String>) {
     let mut asked = Vec::new();
     let mut notes = Vec::new();
     for (network, served_by) in networks {
         match served_by
             .map_err(|e| CniError::new(code::STORE_FAILURE, format!("network {network}: {e}")))
-            .and_then(|s| Asked::new(&network, s, place))
+            .and_then(|s| NetworkToAsk::new(&network, s, place))
         {
             Ok(a) => asked.push(a),
             Err(e) => notes.push(e.to_string()),

@@ -12,7 +12,7 @@ use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::Policies;
-use crate::operator::ask::{Asked, Place, asked_all};
+use crate::operator::ask::{NetworkToAsk, StoreAndLock, asked_all};
 use crate::operator::inventory::printable;
 use crate::operator::runtime::Runtime;
 use crate::operator::table::{Align, Table};
@@ -411,18 +411,18 @@ impl From<String> for Output {
 
 impl StoreArgs {
     /// The store and lock given, else the defaults.
-    fn place(&self) -> Result<Place, CniError> {
+    fn place(&self) -> Result<StoreAndLock, CniError> {
         self.place_for(None)
     }
 
     /// The store and lock given, else `netconf`'s (its `ipam.dataDir` and
     /// `ipam.lockFile`, as a call with it would use), else the defaults.
-    fn place_for(&self, netconf: Option<&Path>) -> Result<Place, CniError> {
+    fn place_for(&self, netconf: Option<&Path>) -> Result<StoreAndLock, CniError> {
         let ipam = netconf
             .map(crate::operator::ask::read_netconf)
             .transpose()?
             .map(|conf| conf.ipam);
-        Ok(Place {
+        Ok(StoreAndLock {
             data_dir: self
                 .data_dir
                 .clone()
@@ -464,9 +464,12 @@ fn with_store<T>(
 
 /// A `since` as RFC 3339, or as the number it is when no four-digit year holds it.
 /// The network a netconf names, to ask its module on this node's store and lock.
-fn asked_by_netconf(netconf: &std::path::Path, store: &StoreArgs) -> Result<Asked, CniError> {
+fn asked_by_netconf(
+    netconf: &std::path::Path,
+    store: &StoreArgs,
+) -> Result<NetworkToAsk, CniError> {
     let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
-    Asked::new(&network, served_by, &store.place_for(Some(netconf))?)
+    NetworkToAsk::new(&network, served_by, &store.place_for(Some(netconf))?)
 }
 
 /// `value` as pretty JSON ending in a newline.
@@ -534,7 +537,7 @@ fn release_everywhere(
             }
             let asked = record
                 .map_err(CniError::config)
-                .and_then(|served_by| Asked::new(&name, served_by, &place));
+                .and_then(|served_by| NetworkToAsk::new(&name, served_by, &place));
             match asked {
                 Ok(asked) => networks.push(asked.as_node(first.node_name())),
                 Err(e) => {
@@ -850,7 +853,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
             store_dir,
             lock_file,
         } => {
-            let place = Place {
+            let place = StoreAndLock {
                 data_dir: store_dir,
                 lock_file,
                 lock_timeout: Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
@@ -889,7 +892,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
                             ))
                         })?,
                 };
-                let asked = Asked::new(name, served_by, &place)?;
+                let asked = NetworkToAsk::new(name, served_by, &place)?;
                 let r = import::import_host_local(&asked, &data_dir.join(name), &mut out.notes)?;
                 out.text += &format!(
                     "{name}: imported {} entr{} into {}; {} already present\n",
@@ -909,7 +912,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
 /// Per network, how many allocations `gc` would release now (its dry run), and what
 /// it could not tell.
 fn leak_candidates(
-    place: &Place,
+    place: &StoreAndLock,
     networks: crate::store::Records,
     runtime: Runtime,
     grace: Duration,

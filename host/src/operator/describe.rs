@@ -15,7 +15,7 @@ use crate::limits::Limits;
 use crate::module::bindings::capabilities::Origin;
 use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
-use crate::module::instance::{Answer, Compiled, ModuleHost, Work};
+use crate::module::instance::{Answer, Compiled, ModuleHost, Question};
 use crate::module::trust::{Policies, SignatureFile};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde::Serialize;
@@ -214,7 +214,7 @@ fn capabilities(
         &network,
         &Label::operator("inspect"),
         &|| false,
-        |session| session.ask(Work::Capabilities, Writes::ReadOnly),
+        |session| session.ask(Question::Capabilities, Writes::ReadOnly),
     );
     match ran.result? {
         Answer::Capabilities(functions) => Ok(functions

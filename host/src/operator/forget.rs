@@ -4,12 +4,12 @@
 //! asked (it may hold addresses still in use): `--force` removes it anyway.
 
 use crate::error::{CniError, code};
-use crate::module::instance::{Answer, Work};
-use crate::operator::ask::{Asked, Place};
+use crate::module::instance::{Answer, Question};
+use crate::operator::ask::{NetworkToAsk, StoreAndLock};
 use crate::pipeline::Writes;
 
 /// Removes `network`; says what went.
-pub fn forget(place: &Place, network: &str, force: bool) -> Result<String, CniError> {
+pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String, CniError> {
     let (served, usage) = place.with_store(|s| {
         let served = s
             .served_by()?
@@ -45,7 +45,7 @@ pub fn forget(place: &Place, network: &str, force: bool) -> Result<String, CniEr
 /// Under one hold of the lock, asks the network's module for its allocations and
 /// forgets the network only if it reports none: no ADD can slip in between.
 fn forget_if_empty(
-    place: &Place,
+    place: &StoreAndLock,
     network: &str,
     served_by: Result<crate::store::ServedBy, String>,
 ) -> Result<u64, CniError> {
@@ -57,9 +57,9 @@ fn forget_if_empty(
             ),
         )
     };
-    let asked = Asked::new(network, served_by.map_err(cannot_tell)?, place)
+    let asked = NetworkToAsk::new(network, served_by.map_err(cannot_tell)?, place)
         .map_err(|e| cannot_tell(e.to_string()))?;
-    let work = Work::Allocations(asked.context());
+    let work = Question::Allocations(asked.context());
     // Set when the module answered that the network holds allocations: the run's
     // error is then that refusal, and any other error means nobody could tell.
     let held = std::cell::Cell::new(0);

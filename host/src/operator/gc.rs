@@ -23,8 +23,8 @@
 //!   to run again after a crash.
 
 use crate::error::{CniError, code};
-use crate::module::instance::{Answer, Call, Work};
-use crate::operator::ask::Asked;
+use crate::module::instance::{Answer, Call, Question};
+use crate::operator::ask::NetworkToAsk;
 use crate::operator::inventory::{Allocation, checked_allocation, printable};
 use crate::operator::runtime::Runtime;
 use crate::operator::table::{Align, Table};
@@ -95,7 +95,7 @@ fn by_container(records: Vec<AttachmentRecord>) -> Records {
 }
 
 /// Reconciles each network with what `options.runtime` says is alive.
-pub fn gc(networks: Vec<Asked>, options: &Options) -> Result<Outcome, CniError> {
+pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, CniError> {
     let mut out = Outcome::default();
     let mut before = Vec::new();
     for asked in networks {
@@ -152,7 +152,7 @@ fn unix_now() -> u64 {
 }
 
 /// The network's allocations, as its module reports them.
-fn allocations_of(asked: &Asked, answer: Answer) -> Vec<Allocation> {
+fn allocations_of(asked: &NetworkToAsk, answer: Answer) -> Vec<Allocation> {
     let Answer::Allocations(list) = answer else {
         return Vec::new();
     };
@@ -162,8 +162,8 @@ fn allocations_of(asked: &Asked, answer: Answer) -> Vec<Allocation> {
 }
 
 /// What the network holds before the runtime is asked.
-fn holdings(asked: &Asked, notes: &mut Vec<String>) -> Result<Held, CniError> {
-    let work = Work::Allocations(asked.context());
+fn holdings(asked: &NetworkToAsk, notes: &mut Vec<String>) -> Result<Held, CniError> {
+    let work = Question::Allocations(asked.context());
     let answer = asked.ask("gc", work, Writes::ReadOnly, notes)?;
     Ok(allocations_of(asked, answer)
         .into_iter()
@@ -175,14 +175,14 @@ fn holdings(asked: &Asked, notes: &mut Vec<String>) -> Result<Held, CniError> {
 /// a dry run) the module's GC keeping every other allocation; and whether its commit
 /// filled the store's transaction.
 fn reconcile(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     held_before: &Held,
     live: &BTreeSet<String>,
     asked_at: u64,
     options: &Options,
     notes: &mut Vec<String>,
 ) -> Result<(Vec<Leak>, bool), CniError> {
-    let context = Work::Allocations(asked.context());
+    let context = Question::Allocations(asked.context());
     let node = asked.node_name();
     let request = asked.gc_request()?;
     let batch = asked.run_batch("gc", notes, |session| {
@@ -191,7 +191,7 @@ fn reconcile(
         let allocations = allocations_of(asked, session.ask(context.clone(), Writes::Unchecked)?);
         let records = by_container(session.attachments()?);
         let now = session.granted_unix();
-        let facts = Facts {
+        let facts = LeakEvidence {
             held_before,
             live,
             asked_at,
@@ -233,7 +233,7 @@ fn reconcile(
                 ifname,
             })
             .collect();
-        session.ask(Work::Handle(request.clone(), Call::Gc(valid)), Writes::Commit)?;
+        session.ask(Question::Handle(request.clone(), Call::Gc(valid)), Writes::Commit)?;
         Ok(leaks)
     })?;
     let mut leaks = batch.answer;
@@ -245,11 +245,11 @@ fn reconcile(
 
 /// After a GC batch: which leaks the module released (it decides), each logged.
 fn confirm_released(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     leaks: &mut [Leak],
     notes: &mut Vec<String>,
 ) -> Result<(), CniError> {
-    let work = Work::Allocations(asked.context());
+    let work = Question::Allocations(asked.context());
     let left: Held = allocations_of(asked, asked.ask("gc", work, Writes::ReadOnly, notes)?)
         .into_iter()
         .map(|a| (a.container_id, a.ifname, a.address))
@@ -313,7 +313,7 @@ fn age(seconds: u64) -> String {
 }
 
 /// What decides whether an allocation is a leak.
-struct Facts<'a> {
+struct LeakEvidence<'a> {
     held_before: &'a Held,
     live: &'a BTreeSet<String>,
     /// Unix seconds when the runtime was asked.
@@ -329,7 +329,7 @@ struct Facts<'a> {
     netns_exists: &'a dyn Fn(&str) -> bool,
 }
 
-impl Facts<'_> {
+impl LeakEvidence<'_> {
     /// Whether the allocation is this node's to reconcile.
     fn ours(&self, a: &Allocation) -> bool {
         match a.attributes.get("node") {
@@ -451,7 +451,7 @@ mod tests {
         fn leaks(&self, now_held: &[Allocation], netns_alive: &[&str]) -> Vec<String> {
             let alive = |p: &str| netns_alive.contains(&p);
             let records = by_container(self.records.clone());
-            let facts = Facts {
+            let facts = LeakEvidence {
                 held_before: &self.before,
                 live: &self.live,
                 asked_at: 10_000,

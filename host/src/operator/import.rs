@@ -8,8 +8,8 @@
 
 use crate::error::{CniError, code};
 use crate::module::bindings::{migrate, types};
-use crate::module::instance::{Answer, Import, Work};
-use crate::operator::ask::Asked;
+use crate::module::instance::{Answer, Import, Question};
+use crate::operator::ask::NetworkToAsk;
 use crate::pipeline::Writes;
 use std::io::Read;
 use std::path::Path;
@@ -28,7 +28,7 @@ fn io_error(path: &Path, e: std::io::Error) -> CniError {
 /// holding host-local's own lock (`<network_dir>/lock`) meanwhile so a host-local call
 /// still in flight cannot change the files under it.
 pub fn import_host_local(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     network_dir: &Path,
     notes: &mut Vec<String>,
 ) -> Result<migrate::ImportReport, CniError> {
@@ -42,7 +42,7 @@ pub fn import_host_local(
         Err(e) => return Err(io_error(&host_local_lock, e)),
     };
     let files = state_files(network_dir)?;
-    let work = Work::Import(Import {
+    let work = Question::Import(Import {
         format: "host-local".into(),
         network: asked.network.clone(),
         config: asked.served_by.config.clone(),

@@ -6,8 +6,8 @@
 
 use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
-use crate::module::instance::{Answer, Work, widened};
-use crate::operator::ask::{Asked, Place, asked_all};
+use crate::module::instance::{Answer, Question, widened};
+use crate::operator::ask::{NetworkToAsk, StoreAndLock, asked_all};
 use crate::operator::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
 use crate::store::Records;
@@ -143,7 +143,7 @@ pub fn allocation_table(allocations: &[Allocation]) -> String {
 /// Which networks to ask, and by which module: the store's records (all, or
 /// `network` only), or the one network a netconf names.
 pub fn networks(
-    place: &Place,
+    place: &StoreAndLock,
     network: Option<&str>,
     netconf: Option<&Path>,
 ) -> Result<Records, CniError> {
@@ -164,7 +164,7 @@ pub fn networks(
 /// Why `--network NAME` names nothing here: the node's own store records only the
 /// networks it serves itself; a network on a shared store (etcd) is named by its
 /// configuration.
-pub fn not_recorded(network: &str, place: &Place) -> CniError {
+pub fn not_recorded(network: &str, place: &StoreAndLock) -> CniError {
     CniError::config(format!(
         "no module is recorded for network {network} in the store at {}: no call has committed to it there; a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE (its conflist, e.g. /etc/cni/net.d/10-{network}.conflist)",
         place.data_dir.display()
@@ -175,10 +175,10 @@ pub fn not_recorded(network: &str, place: &Place) -> CniError {
 /// (read-only, through [`Session::ask`]; `None`: nothing to show); a network whose
 /// module fails is reported in `notes` and the others are still asked.
 fn ask_each(
-    place: &Place,
+    place: &StoreAndLock,
     command: &str,
     networks: Records,
-    ask: impl Fn(&Asked, &mut Session) -> Result<Option<Answer>, CniError>,
+    ask: impl Fn(&NetworkToAsk, &mut Session) -> Result<Option<Answer>, CniError>,
     notes: &mut Vec<String>,
 ) -> Vec<(String, Answer)> {
     let (asked, unusable) = asked_all(place, networks);
@@ -195,18 +195,22 @@ fn ask_each(
 }
 
 /// `work`, read-only.
-fn read(session: &mut Session, work: Work) -> Result<Option<Answer>, CniError> {
+fn read(session: &mut Session, work: Question) -> Result<Option<Answer>, CniError> {
     session.ask(work, Writes::ReadOnly).map(Some)
 }
 
 /// Every allocation of the networks asked, in network then address order.
-pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Allocation> {
+pub fn allocations(
+    place: &StoreAndLock,
+    networks: Records,
+    notes: &mut Vec<String>,
+) -> Vec<Allocation> {
     let mut out = Vec::new();
     for (network, answer) in ask_each(
         place,
         "list",
         networks,
-        |a, session| read(session, Work::Allocations(a.context())),
+        |a, session| read(session, Question::Allocations(a.context())),
         notes,
     ) {
         let Answer::Allocations(list) = answer else {
@@ -233,7 +237,11 @@ pub fn allocations(place: &Place, networks: Records, notes: &mut Vec<String>) ->
 }
 
 /// Every reservation of the networks asked whose module keeps them, in network order.
-pub fn reservations(place: &Place, networks: Records, notes: &mut Vec<String>) -> Vec<Reservation> {
+pub fn reservations(
+    place: &StoreAndLock,
+    networks: Records,
+    notes: &mut Vec<String>,
+) -> Vec<Reservation> {
     let answers = ask_each(
         place,
         "list",
@@ -242,7 +250,7 @@ pub fn reservations(place: &Place, networks: Records, notes: &mut Vec<String>) -
             if !session.module().exports_reservations() {
                 return Ok(None);
             }
-            match read(session, Work::Reservations(a.nodes_context())) {
+            match read(session, Question::Reservations(a.nodes_context())) {
                 // A module that keeps no reservations has none to show.
                 Err(e) if e.code == crate::error::code::NOT_IMPLEMENTED => Ok(None),
                 answer => answer,
@@ -266,7 +274,7 @@ pub fn reservations(place: &Place, networks: Records, notes: &mut Vec<String>) -
 /// Every pool (and block) of the networks asked, grouped per network with its totals:
 /// `usage` if the module exports it, else `inspect`'s pools.
 pub fn network_stats(
-    place: &Place,
+    place: &StoreAndLock,
     networks: Records,
     notes: &mut Vec<String>,
 ) -> Vec<NetworkStats> {
@@ -275,8 +283,8 @@ pub fn network_stats(
         "stats",
         networks,
         |a, session| match session.module().exports_usage() {
-            true => read(session, Work::Usage(a.context())),
-            false => read(session, Work::Pools(a.context())),
+            true => read(session, Question::Usage(a.context())),
+            false => read(session, Question::Pools(a.context())),
         },
         notes,
     )

@@ -20,8 +20,8 @@
 
 use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
-use crate::module::instance::{Answer, ReleaseNode, Work};
-use crate::operator::ask::Asked;
+use crate::module::instance::{Answer, Question, ReleaseNode};
+use crate::operator::ask::NetworkToAsk;
 use crate::pipeline::Writes;
 use std::fmt::Write;
 use std::time::Duration;
@@ -51,7 +51,7 @@ pub enum Released {
 
 /// Releases `node` from `asked`'s network.
 pub fn release_node(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     node: &str,
     options: &Options,
     notes: &mut Vec<String>,
@@ -68,7 +68,7 @@ pub fn release_node(
             "node {node} is the node this command runs as (ipam.nodeName, else the hostname): run it on a live node of the cluster"
         )));
     }
-    let work = Work::ReleaseNode(ReleaseNode {
+    let work = Question::ReleaseNode(ReleaseNode {
         context: asked.nodes_context(),
         node: node.to_string(),
         dry_run: options.dry_run,
@@ -145,7 +145,7 @@ pub fn release_node(
 /// `--force`): asked of every network before any is released, so a node still
 /// calling in one network loses nothing in the others.
 pub fn check_quiet(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     node: &str,
     options: &Options,
     notes: &mut Vec<String>,

@@ -9,8 +9,8 @@
 
 use crate::error::{CniError, code};
 use crate::module::bindings::reservations;
-use crate::module::instance::{Answer, Reserve, Work};
-use crate::operator::ask::Asked;
+use crate::module::instance::{Answer, Question, Reserve};
+use crate::operator::ask::NetworkToAsk;
 use crate::operator::inventory::printable;
 use crate::pipeline::Writes;
 use ipnet::IpNet;
@@ -40,7 +40,7 @@ pub fn cidr(text: &str) -> Result<IpNet, CniError> {
 
 /// Reserves `net` in `asked`'s network: what the module recorded.
 pub fn reserve(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     net: IpNet,
     note: &str,
     force: bool,
@@ -51,7 +51,7 @@ pub fn reserve(
             "--note must be one line of at most {MAX_NOTE_BYTES} bytes"
         )));
     }
-    let work = Work::Reserve(Reserve {
+    let work = Question::Reserve(Reserve {
         context: asked.nodes_context(),
         cidr: net.to_string(),
         note: note.to_string(),
@@ -66,11 +66,11 @@ pub fn reserve(
 
 /// Ends the reservation of exactly `net` in `asked`'s network: what it was.
 pub fn unreserve(
-    asked: &Asked,
+    asked: &NetworkToAsk,
     net: IpNet,
     notes: &mut Vec<String>,
 ) -> Result<reservations::Reservation, CniError> {
-    let work = Work::Unreserve(asked.nodes_context(), net.to_string());
+    let work = Question::Unreserve(asked.nodes_context(), net.to_string());
     let reservation = asked.run("unreserve", notes, |session| {
         reservation(session.ask(work.clone(), Writes::Commit)?)
     })?;

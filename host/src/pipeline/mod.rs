@@ -28,7 +28,7 @@ use crate::logging;
 use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
 use crate::module::host::{GuestLine, GuestLog, GuestState, GuestStore};
-use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Work};
+use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Question};
 use crate::module::trust::Policies;
 use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written};
 use crate::test_hook::test_panic;
@@ -58,7 +58,7 @@ impl Network {
 }
 
 /// Where a request or context says when the lock was granted, before the grant: the
-/// pipeline stamps every [`Work`] with the grant ([`stamp`]) before the module sees it.
+/// pipeline stamps every [`Question`] with the grant ([`stamp`]) before the module sees it.
 pub const UNTIL_GRANTED: types::WallInstant = types::WallInstant {
     seconds: 0,
     nanoseconds: 0,
@@ -78,13 +78,13 @@ pub enum Writes {
 }
 
 /// What a run did: the answer (or why not), and the digest of the module it loaded.
-pub struct Ran<T> {
+pub struct RunOutcome<T> {
     pub result: Result<T, CniError>,
     /// Set once the module was read.
     pub sha256: Option<String>,
-    /// The engine and the module it loaded: freed with the `Ran`, unless the caller
-    /// exits next ([`Ran::leave_loaded_to_exit`]).
-    loaded: Option<Loaded>,
+    /// The engine and the module it loaded: freed with the `RunOutcome`, unless the caller
+    /// exits next ([`RunOutcome::leave_loaded_to_exit`]).
+    loaded: Option<LoadedEngine>,
     /// It committed, and its commit filled the store's transaction to within
     /// [`FULL_MARGIN`] keys: a module that bounds its work by `commit-room` may have
     /// left some for another run (gc and release-node run again while this holds).
@@ -92,10 +92,10 @@ pub struct Ran<T> {
 }
 
 /// How close to the store's transaction limit a commit must come to be
-/// [`Ran::full`]: more than any one unit of a module's bounded work needs.
+/// [`RunOutcome::full`]: more than any one unit of a module's bounded work needs.
 pub const FULL_MARGIN: u64 = 8;
 
-impl<T> Ran<T> {
+impl<T> RunOutcome<T> {
     /// For a caller whose process exits once it has answered (a CNI call): the loaded
     /// module is left to the exit instead of being freed: freeing it (its type tables,
     /// the engine's registrations of its types, its code mapping) would be work on
@@ -116,7 +116,7 @@ pub fn run<T>(
     label: &Label,
     caller_gone: &dyn Fn() -> bool,
     steps: impl Fn(&mut Session) -> Result<T, CniError>,
-) -> Ran<T> {
+) -> RunOutcome<T> {
     if let Some(path) = &network.ipam.log_file {
         // A log that cannot be opened costs one line on stderr, never the answer.
         logging::init(
@@ -143,7 +143,7 @@ pub fn run<T>(
     ) {
         tracing::warn!(target: "status", "cannot record what this call learned for STATUS: {e}");
     }
-    Ran {
+    RunOutcome {
         full: result.is_ok() && report.guest.full,
         result,
         sha256: loaded.as_ref().map(|l| l.module.sha256.clone()),
@@ -156,7 +156,7 @@ fn locked<T>(
     caller_gone: &dyn Fn() -> bool,
     steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
     report: &mut Report,
-) -> (Result<T, CniError>, Option<Loaded>) {
+) -> (Result<T, CniError>, Option<LoadedEngine>) {
     let ipam = &network.ipam;
     let loading = Instant::now();
     let loaded = match load(ipam) {
@@ -209,7 +209,7 @@ fn abandoned() -> CniError {
 }
 
 /// The engine and the module it compiled, ready to instantiate under the lock.
-struct Loaded {
+struct LoadedEngine {
     host: ModuleHost,
     module: LoadedModule,
 }
@@ -218,12 +218,12 @@ struct Loaded {
 /// trust policy, and compiled (or found in the cache), as a call does before the
 /// lock; nothing is instantiated. For CNI STATUS.
 pub fn check_module(ipam: &HostIpamConfig) -> Result<(), CniError> {
-    // Left to the exit, as a call's is (see `Ran::leave_loaded_to_exit`).
+    // Left to the exit, as a call's is (see `RunOutcome::leave_loaded_to_exit`).
     load(ipam).map(std::mem::forget)
 }
 
 /// Before the lock: read, verify and compile (or fetch from the cache) the module.
-fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
+fn load(ipam: &HostIpamConfig) -> Result<LoadedEngine, CniError> {
     let host = ModuleHost::new()?;
     let cache = ModuleCache::open(&ipam.cache_dir)
         .inspect_err(|e| tracing::warn!(target: "cache", "{e}; compiling instead"))
@@ -236,14 +236,14 @@ fn load(ipam: &HostIpamConfig) -> Result<Loaded, CniError> {
         cache.as_ref(),
         &ipam.limits,
     )?;
-    Ok(Loaded { host, module })
+    Ok(LoadedEngine { host, module })
 }
 
 /// Under the lock: open the store, then run `steps` until its commit is written, it
 /// fails, or (in a shared store, when another writer changed what it read) the
 /// deadline leaves no time to try again on a fresh instance.
 fn attempts<T>(
-    loaded: &Loaded,
+    loaded: &LoadedEngine,
     network: &Network,
     deadline: Deadline,
     steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
@@ -302,7 +302,7 @@ fn attempts<T>(
 /// One attempt under the lock: each [`Session::ask`] runs the module on a fresh
 /// instance over the same store, so what several answers say is one snapshot.
 pub struct Session<'a> {
-    loaded: &'a Loaded,
+    loaded: &'a LoadedEngine,
     network: &'a Network,
     deadline: Deadline,
     /// Lent to each instance while it runs.
@@ -332,7 +332,7 @@ impl Session<'_> {
     /// (a request's `lock-granted-at`, an inspect context's `now`). With
     /// [`Writes::Commit`] its writes are staged for the commit if it answers ok; one
     /// ask per attempt may write.
-    pub fn ask(&mut self, mut work: Work, writes: Writes) -> Result<Answer, CniError> {
+    pub fn ask(&mut self, mut work: Question, writes: Writes) -> Result<Answer, CniError> {
         if let Some(refusal) = self.loaded.module.refusal(&work) {
             return Err(refusal);
         }
@@ -449,8 +449,8 @@ impl Session<'_> {
 }
 
 /// What a handler call's commit changes of the host's attachment records.
-fn attachment_change(work: &Work) -> Option<AttachmentChange> {
-    let Work::Handle(request, call) = work else {
+fn attachment_change(work: &Question) -> Option<AttachmentChange> {
+    let Question::Handle(request, call) = work else {
         return None;
     };
     match call {
@@ -485,19 +485,19 @@ fn since_epoch(deadline: Deadline) -> std::time::Duration {
 }
 
 /// Tells `work` when the lock was granted: the only time a module sees.
-fn stamp(work: &mut Work, deadline: Deadline) {
+fn stamp(work: &mut Question, deadline: Deadline) {
     let granted = since_epoch(deadline);
     let at = types::WallInstant {
         seconds: granted.as_secs(),
         nanoseconds: granted.subsec_nanos(),
     };
     match work {
-        Work::Handle(request, _) => request.lock_granted_at = at,
-        Work::Allocations(context) | Work::Pools(context) => context.now = at,
-        Work::ReleaseNode(release) => release.context.now = at,
-        Work::Reserve(reserve) => reserve.context.now = at,
-        Work::Unreserve(context, _) | Work::Reservations(context) => context.now = at,
-        Work::Usage(context) => context.now = at,
-        Work::Import(_) | Work::Capabilities => {}
+        Question::Handle(request, _) => request.lock_granted_at = at,
+        Question::Allocations(context) | Question::Pools(context) => context.now = at,
+        Question::ReleaseNode(release) => release.context.now = at,
+        Question::Reserve(reserve) => reserve.context.now = at,
+        Question::Unreserve(context, _) | Question::Reservations(context) => context.now = at,
+        Question::Usage(context) => context.now = at,
+        Question::Import(_) | Question::Capabilities => {}
     }
 }

@@ -67,7 +67,7 @@ pub(super) struct GuestReport {
     pub retries: u32,
     /// What the run did with etcd, when the network's store is etcd.
     pub etcd: Option<store::etcd::Figures>,
-    /// Its commit filled the store's transaction ([`super::Ran::full`]).
+    /// Its commit filled the store's transaction ([`super::RunOutcome::full`]).
     pub full: bool,
     /// What the run learned for CNI STATUS ([`crate::health`]).
     pub learned: crate::health::Learned,
