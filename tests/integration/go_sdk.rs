@@ -96,14 +96,6 @@ pub fn probe_go_module() -> PathBuf {
 
 // ---- the contract the glue implements ----
 
-/// The canonical-ABI layout of what the handler world uses, as `guest-go/contract.golden`
-/// holds it: one `key = value` a line, each a figure the Go glue implements.
-/// - `import|export <interface> <function> = (<params>) -> (<results>)`: the core
-///   signature of each function of `deadline`, `store`, `log`, `readiness` and `handler`;
-/// - `size|align <type>`, `offset <type>.<field>`, `payload <type>.<field>` (where an
-///   option's value lies past its discriminant), `size <type>.<field>[]` and
-///   `offset <type>.<field>[].<n>` (a list of tuples' elements);
-/// - the same for each function's return area (`return <interface> <function>`).
 /// The interfaces of the contract the Go SDK implements: every one but `migrate`
 /// (taking over host-local's files, which no Go vendor's module needs) and
 /// `wide-usage` (exact counts past 2^64, which Go has no integer for).
@@ -120,6 +112,14 @@ const GO_INTERFACES: [&str; 10] = [
     "usage",
 ];
 
+/// The canonical-ABI layout of what the Go SDK's world uses, as `guest-go/contract.golden`
+/// holds it: one `key = value` a line, each a figure the Go glue implements.
+/// - `import|export <interface> <function> = (<params>) -> (<results>)`: the core
+///   signature of each function of `deadline`, `store`, `log`, `readiness` and `handler`;
+/// - `size|align <type>`, `offset <type>.<field>`, `payload <type>.<field>` (where an
+///   option's value lies past its discriminant), `size <type>.<field>[]` and
+///   `offset <type>.<field>[].<n>` (a list of tuples' elements);
+/// - the same for each function's return area (`return <interface> <function>`).
 fn contract_layout(wit: &Path) -> String {
     let mut resolve = Resolve::default();
     let package = resolve.push_file(wit).unwrap();

@@ -174,7 +174,7 @@ impl NetworkToAsk {
     pub fn run<T>(
         &self,
         command: &str,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<Note>,
         steps: impl Fn(&mut Session) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
         self.run_batch(command, notes, steps)
@@ -187,7 +187,7 @@ impl NetworkToAsk {
     pub fn run_batch<T>(
         &self,
         command: &str,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<Note>,
         steps: impl Fn(&mut Session) -> Result<T, CniError>,
     ) -> Result<Batch<T>, CniError> {
         let ran = pipeline::run(&self.settings, &Label::operator(command), &|| false, steps);
@@ -195,12 +195,12 @@ impl NetworkToAsk {
             && !self.served_by.sha256.is_empty()
             && *now != self.served_by.sha256
         {
-            notes.push(format!(
+            notes.push(Note::Warning(format!(
                 "network {}: module {} changed since it last served the network (sha256 {} then, {now} now); asked as it is now",
                 self.network,
                 self.served_by.module.display(),
                 self.served_by.sha256,
-            ));
+            )));
         }
         let full = ran.full;
         ran.result
@@ -214,9 +214,43 @@ impl NetworkToAsk {
         command: &str,
         work: Question,
         writes: pipeline::Writes,
-        notes: &mut Vec<String>,
+        notes: &mut Vec<Note>,
     ) -> Result<Answer, CniError> {
         self.run(command, notes, |session| session.ask(work.clone(), writes))
+    }
+}
+
+/// A line an operator command writes on stderr beside its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    /// Part of what was asked could not be answered (a network whose module failed,
+    /// or could not be asked): the command exits 1.
+    Missing(String),
+    /// The answer is whole, and this is worth knowing (a module changed since it
+    /// served the network).
+    Warning(String),
+}
+
+impl Note {
+    /// Whether part of the answer is missing.
+    pub fn fails(&self) -> bool {
+        matches!(self, Note::Missing(_))
+    }
+
+    /// The same note, its text after `prefix`.
+    pub fn prefixed(self, prefix: &str) -> Note {
+        match self {
+            Note::Missing(text) => Note::Missing(format!("{prefix}{text}")),
+            Note::Warning(text) => Note::Warning(format!("{prefix}{text}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::Missing(text) | Note::Warning(text) => f.write_str(text),
+        }
     }
 }
 
@@ -228,7 +262,7 @@ pub struct Batch<T> {
 
 /// Each network's [`NetworkToAsk`]; one whose record cannot be read or used is a note
 /// naming it instead.
-pub fn asked_all(place: &StoreAndLock, networks: Records) -> (Vec<NetworkToAsk>, Vec<String>) {
+pub fn asked_all(place: &StoreAndLock, networks: Records) -> (Vec<NetworkToAsk>, Vec<Note>) {
     let mut asked = Vec::new();
     let mut notes = Vec::new();
     for (network, served_by) in networks {
@@ -237,7 +271,7 @@ pub fn asked_all(place: &StoreAndLock, networks: Records) -> (Vec<NetworkToAsk>,
             .and_then(|s| NetworkToAsk::new(&network, s, place))
         {
             Ok(a) => asked.push(a),
-            Err(e) => notes.push(e.to_string()),
+            Err(e) => notes.push(Note::Missing(e.to_string())),
         }
     }
     (asked, notes)

@@ -1,24 +1,19 @@
-//! The operators' commands (`wasm-ipam install | list | stats | inspect | forget |
-//! gc | release-node | reserve | unreserve | precompile | pull | push | store | import-host-local | try |
-//! new`): what a person on the node runs, beside the CNI calls the
-//! runtime makes. `ask` is how they reach a network's module.
+//! The operators' commands: what a person on the node runs, beside the CNI calls the
+//! runtime makes, grouped by what the person is doing. `cli` parses the command line
+//! and hands each command to the file that owns it; `args` is what several share;
+//! `ask` is how a command reaches a network's module (through the same locked
+//! pipeline as a call).
 
+pub mod args;
 pub mod ask;
 pub mod cli;
-pub mod cni_versions;
-pub mod describe;
 mod doc_commands;
-pub mod forget;
-pub mod gc;
-pub mod import;
-pub mod install;
-pub mod inventory;
-pub mod log_tail;
-pub mod metrics;
-pub mod new;
-pub mod oci;
-pub mod release_node;
-pub mod reserve;
-pub mod runtime;
-pub mod table;
-pub mod try_call;
+/// Supplying and writing modules: `inspect`, `precompile`, `pull`, `push`, `new`, `try`.
+pub mod modules;
+/// Repairing and releasing: `gc`, `forget`, `release-node`, `reserve`, `unreserve`,
+/// `store check | backup | restore`.
+pub mod repair;
+/// Setting a node up: `install`, `import-host-local`.
+pub mod setup;
+/// Looking at the state: `list`, `stats`.
+pub mod view;

@@ -10,12 +10,14 @@
 use crate::error::{CniError, code};
 use crate::module::bindings::reservations;
 use crate::module::instance::{Answer, Question, Reserve};
-use crate::operator::ask::NetworkToAsk;
-use crate::operator::inventory::printable;
+use crate::operator::args::{Output, StoreArgs};
+use crate::operator::ask::{NetworkToAsk, Note};
+use crate::operator::view::inventory::printable;
 use crate::pipeline::Writes;
 use ipnet::IpNet;
 use std::fmt::Write;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// Longest note kept: a line for an operator, not a document.
 const MAX_NOTE_BYTES: usize = 256;
@@ -44,7 +46,7 @@ pub fn reserve(
     net: IpNet,
     note: &str,
     force: bool,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<reservations::Reservation, CniError> {
     if note.len() > MAX_NOTE_BYTES || note.chars().any(char::is_control) {
         return Err(CniError::config(format!(
@@ -68,7 +70,7 @@ pub fn reserve(
 pub fn unreserve(
     asked: &NetworkToAsk,
     net: IpNet,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<reservations::Reservation, CniError> {
     let work = Question::Unreserve(asked.nodes_context(), net.to_string());
     let reservation = asked.run("unreserve", notes, |session| {
@@ -156,5 +158,65 @@ mod tests {
         let err = cidr("10.80.3.1/28").unwrap_err();
         assert!(err.msg.contains("did you mean 10.80.3.0/28"), "{}", err.msg);
         assert!(cidr("ten").is_err());
+    }
+}
+
+/// Keep an address or CIDR out of use in a network, on every node sharing its store,
+/// from the next ADD on (through the module's `reservations` export). An address of
+/// it in use is refused unless --force, which leaves the holder alone and keeps the
+/// address out of use once it is deleted. See docs/cluster.md.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct ReserveCommand {
+    /// An address (`10.80.0.10`) or a CIDR (`10.80.3.0/28`).
+    pub cidr: String,
+    /// The network's configuration (or conflist): its module and its store.
+    #[arg(long)]
+    pub netconf: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Why: shown by `list --reservations`.
+    #[arg(long, default_value = "")]
+    pub note: String,
+    /// Reserve it even if some of its addresses are in use.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl ReserveCommand {
+    pub fn run(self) -> Result<Output, CniError> {
+        let net = cidr(&self.cidr)?;
+        let asked = self.store.network_of(&self.netconf)?;
+        let mut notes = Vec::new();
+        let made = reserve(&asked, net, &self.note, self.force, &mut notes)?;
+        Ok(Output::with_notes(
+            text(&asked.network, Change::Reserved, &made),
+            notes,
+        ))
+    }
+}
+
+/// End the reservation of exactly this address or CIDR: its addresses can be handed
+/// out again from the next ADD on.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct UnreserveCommand {
+    /// The address or CIDR reserved.
+    pub cidr: String,
+    /// The network's configuration (or conflist): its module and its store.
+    #[arg(long)]
+    pub netconf: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+impl UnreserveCommand {
+    pub fn run(self) -> Result<Output, CniError> {
+        let net = cidr(&self.cidr)?;
+        let asked = self.store.network_of(&self.netconf)?;
+        let mut notes = Vec::new();
+        let ended = unreserve(&asked, net, &mut notes)?;
+        Ok(Output::with_notes(
+            text(&asked.network, Change::Unreserved, &ended),
+            notes,
+        ))
     }
 }

@@ -24,16 +24,18 @@
 
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Call, Question};
-use crate::operator::ask::NetworkToAsk;
-use crate::operator::inventory::{Allocation, checked_allocation, printable};
-use crate::operator::runtime::Runtime;
-use crate::operator::table::{Align, Table};
+use crate::operator::args::{Output, StoreArgs};
+use crate::operator::ask::{NetworkToAsk, Note, asked_all};
+use crate::operator::repair::runtime::Runtime;
+use crate::operator::view::inventory;
+use crate::operator::view::inventory::{Allocation, checked_allocation, printable};
+use crate::operator::view::table::{Align, Table};
 use crate::pipeline::Writes;
 use crate::store::AttachmentRecord;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Calico's leak grace period, and the default here (`--grace`).
@@ -73,7 +75,7 @@ pub struct Leak {
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub leaks: Vec<Leak>,
-    pub notes: Vec<String>,
+    pub notes: Vec<Note>,
     pub unreconciled: BTreeSet<String>,
 }
 
@@ -102,7 +104,7 @@ pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, Cni
         match holdings(&asked, &mut out.notes) {
             Ok(held) => before.push((asked, held)),
             Err(e) => {
-                out.notes.push(e.to_string());
+                out.notes.push(Note::Missing(e.to_string()));
                 out.unreconciled.insert(asked.network.clone());
             }
         }
@@ -125,17 +127,18 @@ pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, Cni
                     }
                 }
                 Err(e) => {
-                    out.notes.push(e.to_string());
+                    out.notes.push(Note::Missing(e.to_string()));
                     out.unreconciled.insert(asked.network.clone());
                     break;
                 }
             }
         }
         for leak in found.values().filter(|l| !l.released && !options.dry_run) {
-            out.notes.push(format!(
+            // Reported, not failed: the runtime's truth was applied, the module chose.
+            out.notes.push(Note::Warning(format!(
                 "network {}: the module kept {} (container {}) through its GC",
                 leak.network, leak.address, leak.container_id
-            ));
+            )));
         }
         let mut leaks: Vec<Leak> = found.into_values().collect();
         leaks.sort_by_key(|l| l.address);
@@ -162,7 +165,7 @@ fn allocations_of(asked: &NetworkToAsk, answer: Answer) -> Vec<Allocation> {
 }
 
 /// What the network holds before the runtime is asked.
-fn holdings(asked: &NetworkToAsk, notes: &mut Vec<String>) -> Result<Held, CniError> {
+fn holdings(asked: &NetworkToAsk, notes: &mut Vec<Note>) -> Result<Held, CniError> {
     let work = Question::Allocations(asked.context());
     let answer = asked.ask("gc", work, Writes::ReadOnly, notes)?;
     Ok(allocations_of(asked, answer)
@@ -180,7 +183,7 @@ fn reconcile(
     live: &BTreeSet<String>,
     asked_at: u64,
     options: &Options,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<(Vec<Leak>, bool), CniError> {
     let context = Question::Allocations(asked.context());
     let node = asked.node_name();
@@ -247,7 +250,7 @@ fn reconcile(
 fn confirm_released(
     asked: &NetworkToAsk,
     leaks: &mut [Leak],
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<(), CniError> {
     let work = Question::Allocations(asked.context());
     let left: Held = allocations_of(asked, asked.ask("gc", work, Writes::ReadOnly, notes)?)
@@ -556,5 +559,90 @@ mod tests {
         ];
         assert!(case.leaks(&now_held, &[]).is_empty());
         assert_eq!(case.leaks(&before, &[]), ["dual 10.0.0.3", "dual fd00::3"]);
+    }
+}
+
+/// Release the addresses whose sandbox the container runtime no longer has (a DEL
+/// that never came), through each network's module's CNI GC; see docs/install.md,
+/// "Leaked addresses". Exits 0 when it ran, leaks or not; non-zero when it could not
+/// (runtime, store or module error), having released nothing the runtime did not
+/// confirm gone.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct GcCommand {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The container runtime's CRI socket, as crictl takes it (default:
+    /// $CONTAINER_RUNTIME_ENDPOINT, else the first of containerd's and CRI-O's sockets
+    /// that exists).
+    #[arg(long)]
+    pub runtime_endpoint: Option<String>,
+    /// For a runtime without CRI (podman): a file of the live container ids, one per
+    /// line (`podman ps -aq --no-trunc`), instead of asking a CRI runtime.
+    #[arg(long, conflicts_with = "runtime_endpoint")]
+    pub valid_from: Option<PathBuf>,
+    /// The network(s) to reconcile, as the store recorded them. Networks are named: a
+    /// runtime must never be asked about another runtime's containers.
+    #[arg(long, required_unless_present_any = ["netconf", "all_networks"])]
+    pub network: Vec<String>,
+    /// The network configuration (or conflist) of a network to reconcile.
+    #[arg(long, conflicts_with_all = ["network", "all_networks"])]
+    pub netconf: Option<PathBuf>,
+    /// Every network the store holds (only when one runtime serves them all).
+    #[arg(long, conflicts_with = "network")]
+    pub all_networks: bool,
+    /// An allocation younger than this is never released: a pod being started is
+    /// listed by its runtime only once its ADD has returned. `0s` only on a node where
+    /// nothing is being started.
+    #[arg(long, default_value_t = DEFAULT_GRACE.into())]
+    pub grace: humantime::Duration,
+    /// How long the runtime may take to answer.
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT.into())]
+    pub timeout: humantime::Duration,
+    /// Print the leaks; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Release even when the runtime lists no sandbox at all.
+    #[arg(long)]
+    pub allow_empty: bool,
+    /// JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl GcCommand {
+    pub fn run(self) -> Result<Output, CniError> {
+        let place = self.store.place_for(self.netconf.as_deref())?;
+        let runtime =
+            Runtime::chosen(self.valid_from.as_deref(), self.runtime_endpoint.as_deref())?;
+        let networks = match (&self.netconf, self.all_networks) {
+            (Some(_), _) => inventory::networks(&place, None, self.netconf.as_deref())?,
+            (None, true) => place.served()?,
+            (None, false) => {
+                let mut all = place.served()?;
+                for name in &self.network {
+                    if !all.iter().any(|(n, _)| n == name) {
+                        return Err(inventory::not_recorded(name, &place));
+                    }
+                }
+                all.retain(|(n, _)| self.network.contains(n));
+                all
+            }
+        };
+        let (asked, mut notes) = asked_all(&place, networks);
+        let options = Options {
+            runtime,
+            grace: *self.grace,
+            timeout: *self.timeout,
+            dry_run: self.dry_run,
+            allow_empty: self.allow_empty,
+        };
+        let outcome = gc(asked, &options)?;
+        notes.extend(outcome.notes);
+        let mut out = match self.json {
+            true => Output::json(&outcome.leaks, notes),
+            false => Output::with_notes(table(&outcome.leaks, self.dry_run), notes),
+        };
+        out.failed |= !outcome.unreconciled.is_empty();
+        Ok(out)
     }
 }

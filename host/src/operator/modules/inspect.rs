@@ -9,6 +9,7 @@
 //! same locked pipeline as any question to a module, on a private lock and store that
 //! exist only for this question.
 
+use crate::config::DEFAULT_CACHE_DIR;
 use crate::config::HostIpamConfig;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
@@ -17,10 +18,11 @@ use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
 use crate::module::instance::{Answer, Compiled, ModuleHost, Question};
 use crate::module::trust::{Policies, SignatureFile};
+use crate::operator::args::{CompileArgs, Output, open_cache};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde::Serialize;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(Debug, Serialize)]
@@ -362,5 +364,54 @@ impl Description {
             }
         );
         out
+    }
+}
+
+/// Describe a module: digest, size, the contract it targets, its imports (each
+/// provided or not) and exports, whether the host accepts it and why not, its compile
+/// time and whether the cache holds it.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct Inspect {
+    /// The module's .wasm component.
+    pub module: PathBuf,
+    /// The cache directory (the netconf's `ipam.cacheDir`).
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    pub cache_dir: PathBuf,
+    /// Compile without the cache (to measure the compile; nothing is stored).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Judge the module by this trust policy too, besides the node's
+    /// (/etc/wasm-ipam/trust.json), as the netconf's `ipam.trustPolicy` would.
+    #[arg(long)]
+    pub trust_policy: Option<PathBuf>,
+    #[command(flatten)]
+    pub compile: CompileArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Inspect {
+    /// Fails (exit 1) when the host would refuse the module.
+    pub fn run(self) -> Result<Output, CniError> {
+        let cache = match self.no_cache {
+            true => None,
+            false => Some(open_cache(
+                &self.cache_dir,
+                "--cache-dir DIR (one of your own) or --no-cache",
+            )?),
+        };
+        let report = describe(
+            &self.module,
+            &Policies::for_call(self.trust_policy.as_deref())?,
+            cache.as_ref(),
+            &self.compile.limits()?,
+        )?;
+        let mut out = match self.json {
+            true => Output::json(&report, Vec::new()),
+            false => Output::from(report.text()),
+        };
+        out.failed = !report.accepted;
+        Ok(out)
     }
 }

@@ -23,7 +23,7 @@ use crate::module::cache::ModuleCache;
 use crate::module::compile::COMPILER;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::Policies;
-use crate::operator::cni_versions::{self, Chosen};
+use crate::operator::setup::cni_versions::{self, Chosen};
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -349,6 +349,18 @@ fn sorting_first(install: &Install) -> Vec<String> {
 /// Runs the install; returns what it did, one line per step, and what still keeps
 /// the node from working (a main plugin missing, a conflist sorting before ours),
 /// found after every step it could do was done.
+impl Install {
+    /// Fails (exit 1) when a step could not be done.
+    pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
+        let (text, notes) = install(&self)?;
+        Ok(crate::operator::args::Output {
+            failed: !notes.is_empty(),
+            text,
+            notes,
+        })
+    }
+}
+
 pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     let mut steps = Steps {
         dry_run: install.dry_run,
@@ -374,7 +386,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     let mut pinned = None;
     let module = match from_registry {
         Some(reference) if install.dry_run => {
-            crate::operator::oci::reference(reference)?;
+            crate::operator::modules::oci::reference(reference)?;
             steps.done(
                 "",
                 &format!(
@@ -385,14 +397,14 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             install.module_dir.join("(pulled).wasm")
         }
         Some(reference) => {
-            let pull = crate::operator::oci::pull::Pull {
+            let pull = crate::operator::modules::oci::pull::Pull {
                 reference: reference.to_string(),
                 module_dir: install.module_dir.clone(),
                 cache_dir: install.cache_dir.clone(),
                 trust_policy: install.trust_policy.clone(),
                 insecure: install.insecure,
             };
-            let pulled = crate::operator::oci::pull::pull(&pull, &Limits::default())?;
+            let pulled = crate::operator::modules::oci::pull::pull(&pull, &Limits::default())?;
             steps.done(
                 &format!(
                     "pulled {} into {} ({})",

@@ -69,7 +69,7 @@ const PYTHON: &[Template] = &[
         text: include_str!("new/python/build.sh"),
         executable: true,
     },
-    file("wit/ipam.wit", include_str!("../../../wit/ipam.wit")),
+    file("wit/ipam.wit", include_str!("../../../../wit/ipam.wit")),
     file("net.json", include_str!("new/python/net.json")),
     file("README.md", include_str!("new/python/README.md")),
     file(".gitignore", include_str!("new/python/gitignore")),
@@ -88,6 +88,17 @@ const GO: &[Template] = &[
     file("README.md", include_str!("new/go/README.md")),
     file(".gitignore", include_str!("new/go/gitignore")),
 ];
+
+impl New {
+    pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
+        let (text, notes) = new(&self)?;
+        Ok(crate::operator::args::Output {
+            text,
+            notes,
+            failed: false,
+        })
+    }
+}
 
 /// Makes the project in `./NAME`; answers what it wrote and what to run next, and a
 /// note naming the SDK a Rust crate uses.

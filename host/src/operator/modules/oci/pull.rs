@@ -9,7 +9,7 @@ use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::{Policies, SignatureFile, Verdict, signature_path};
-use crate::operator::oci::{self, Descriptor, auth};
+use crate::operator::modules::oci::{self, Descriptor, auth};
 use futures_util::StreamExt;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -19,7 +19,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// `wasm-ipam pull`'s arguments.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, PartialEq, clap::Args)]
 #[group(skip)]
 pub struct Pull {
     /// `oci://REGISTRY/REPO[:TAG][@sha256:DIGEST]` (the digest is the manifest's).
@@ -447,4 +447,30 @@ async fn signatures(
         }
     }
     Ok(found)
+}
+
+/// Fetch a module published in an OCI registry (the Wasm OCI artifact layout) and its
+/// minisign signatures; check digests, sizes and the trust policies; write it into the
+/// module dir as NAME-SHA256.wasm (and MODULE.minisig) and compile it into the cache.
+/// Prints the path and digest to put in a netconf. A refusal writes nothing. See
+/// docs/supply-chain.md.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct PullCommand {
+    #[command(flatten)]
+    pub pull: Pull,
+    #[command(flatten)]
+    pub compile: crate::operator::args::CompileArgs,
+    /// JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl PullCommand {
+    pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
+        let pulled = pull(&self.pull, &self.compile.limits()?)?;
+        Ok(match self.json {
+            true => crate::operator::args::Output::json(&pulled, Vec::new()),
+            false => pulled.text().into(),
+        })
+    }
 }

@@ -21,9 +21,11 @@
 use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
 use crate::module::instance::{Answer, Question, ReleaseNode};
-use crate::operator::ask::NetworkToAsk;
+use crate::operator::args::{Output, StoreArgs};
+use crate::operator::ask::{NetworkToAsk, Note};
 use crate::pipeline::Writes;
 use std::fmt::Write;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How recent a node's last committing call may be before it is refused: pods on a
@@ -54,7 +56,7 @@ pub fn release_node(
     asked: &NetworkToAsk,
     node: &str,
     options: &Options,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<Released, CniError> {
     if !asked.shared() {
         return Err(CniError::config(format!(
@@ -148,7 +150,7 @@ pub fn check_quiet(
     asked: &NetworkToAsk,
     node: &str,
     options: &Options,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Result<(), CniError> {
     // The command's own refusals (an embedded store, the node it runs as) are
     // release_node's to say.
@@ -237,23 +239,23 @@ pub fn text(network: &str, node: &str, report: &nodes::ReleaseReport, dry_run: b
         let _ = writeln!(
             out,
             "address {:<40} container {} ifname {}",
-            crate::operator::inventory::printable(&a.address),
-            crate::operator::inventory::printable(&a.container_id),
-            crate::operator::inventory::printable(&a.ifname)
+            crate::operator::view::inventory::printable(&a.address),
+            crate::operator::view::inventory::printable(&a.container_id),
+            crate::operator::view::inventory::printable(&a.ifname)
         );
     }
     for block in &report.blocks {
         let _ = writeln!(
             out,
             "block   {}",
-            crate::operator::inventory::printable(block)
+            crate::operator::view::inventory::printable(block)
         );
     }
     for note in &report.notes {
         let _ = writeln!(
             out,
             "note    {}",
-            crate::operator::inventory::printable(note)
+            crate::operator::view::inventory::printable(note)
         );
     }
     out
@@ -312,5 +314,89 @@ mod tests {
         );
         let none = unknown(&["a".into(), "b".into()], &Default::default(), "x");
         assert!(none.msg.contains("network a, b") && none.msg.contains("have: none"));
+    }
+}
+
+/// Release everything a node removed from the cluster held in a network whose store
+/// nodes share (etcd): its addresses and its blocks, through the network's module
+/// (its `nodes` export). Refused for a node that committed a call within --window,
+/// unless --force; see docs/cluster.md, "A node removed from the cluster". Exits
+/// non-zero when refused or when it fails, having released nothing.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct ReleaseNodeCommand {
+    /// The node's name, as its calls gave it (`ipam.nodeName`, else its hostname).
+    pub node: String,
+    /// The network's configuration (or conflist): its module and its store.
+    #[arg(long)]
+    pub netconf: PathBuf,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Refuse a node that committed a call more recently than this.
+    #[arg(long, default_value_t = DEFAULT_WINDOW.into())]
+    pub window: humantime::Duration,
+    /// Release it whenever it last called.
+    #[arg(long)]
+    pub force: bool,
+    /// Print what would be released; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+impl ReleaseNodeCommand {
+    /// The network `netconf` names first (its refusal refuses all), then every other
+    /// network recorded in the same shared store, each as its own run.
+    pub fn run(self) -> Result<Output, CniError> {
+        let options = Options {
+            window: *self.window,
+            force: self.force,
+            dry_run: self.dry_run,
+        };
+        let node = self.node.as_str();
+        let first = self.store.network_of(&self.netconf)?;
+        let mut notes = Vec::new();
+        let mut networks = Vec::new();
+        if first.shared() {
+            let place = self.store.place_for(Some(&self.netconf))?;
+            for (name, record) in first.networks_of_store()? {
+                if name == first.network {
+                    continue;
+                }
+                let asked = record
+                    .map_err(CniError::config)
+                    .and_then(|served_by| NetworkToAsk::new(&name, served_by, &place));
+                match asked {
+                    Ok(asked) => networks.push(asked.as_node(first.node_name())),
+                    Err(e) => notes.push(Note::Missing(format!("network {name}: {}", e.msg))),
+                }
+            }
+        }
+        networks.insert(0, first);
+        for asked in &networks {
+            check_quiet(asked, node, &options, &mut notes)?;
+        }
+        let (mut text, mut never, mut known) =
+            (String::new(), Vec::new(), std::collections::BTreeSet::new());
+        for (n, asked) in networks.iter().enumerate() {
+            match release_node(asked, node, &options, &mut notes) {
+                Ok(Released::Report(report)) => {
+                    text += &self::text(&asked.network, node, &report, options.dry_run);
+                }
+                Ok(Released::NeverSeen(nodes)) => {
+                    never.push(asked.network.clone());
+                    known.extend(nodes);
+                }
+                Err(e) if n == 0 => return Err(e),
+                Err(e) => notes.push(Note::Missing(e.msg)),
+            }
+        }
+        if text.is_empty() && !notes.iter().any(Note::fails) {
+            return Err(unknown(&never, &known, node));
+        }
+        for network in never {
+            text += &format!(
+                "network {network}, node {node}: never committed here; nothing to release\n"
+            );
+        }
+        Ok(Output::with_notes(text, notes))
     }
 }

@@ -7,8 +7,8 @@
 use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
 use crate::module::instance::{Answer, Question, widened};
-use crate::operator::ask::{NetworkToAsk, StoreAndLock, asked_all};
-use crate::operator::table::{Align, Table};
+use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock, asked_all};
+use crate::operator::view::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
 use crate::store::Records;
 use serde::Serialize;
@@ -179,7 +179,7 @@ fn ask_each(
     command: &str,
     networks: Records,
     ask: impl Fn(&NetworkToAsk, &mut Session) -> Result<Option<Answer>, CniError>,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Vec<(String, Answer)> {
     let (asked, unusable) = asked_all(place, networks);
     notes.extend(unusable);
@@ -188,7 +188,7 @@ fn ask_each(
         match asked.run(command, notes, |session| ask(&asked, session)) {
             Ok(Some(answer)) => answers.push((asked.network, answer)),
             Ok(None) => {}
-            Err(e) => notes.push(e.to_string()),
+            Err(e) => notes.push(Note::Missing(e.to_string())),
         }
     }
     answers
@@ -203,7 +203,7 @@ fn read(session: &mut Session, work: Question) -> Result<Option<Answer>, CniErro
 pub fn allocations(
     place: &StoreAndLock,
     networks: Records,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Vec<Allocation> {
     let mut out = Vec::new();
     for (network, answer) in ask_each(
@@ -226,9 +226,9 @@ pub fn allocations(
             })
             .collect();
         if skipped > 0 {
-            notes.push(format!(
+            notes.push(Note::Missing(format!(
                 "network {network}: the module reported {skipped} allocation(s) whose address is not an IP address; not shown"
-            ));
+            )));
         }
         these.sort_by_key(|a| a.address);
         out.extend(these);
@@ -240,7 +240,7 @@ pub fn allocations(
 pub fn reservations(
     place: &StoreAndLock,
     networks: Records,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Vec<Reservation> {
     let answers = ask_each(
         place,
@@ -276,7 +276,7 @@ pub fn reservations(
 pub fn network_stats(
     place: &StoreAndLock,
     networks: Records,
-    notes: &mut Vec<String>,
+    notes: &mut Vec<Note>,
 ) -> Vec<NetworkStats> {
     ask_each(
         place,

@@ -5,8 +5,28 @@
 
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Question};
+use crate::operator::args::{Output, StoreArgs};
 use crate::operator::ask::{NetworkToAsk, StoreAndLock};
 use crate::pipeline::Writes;
+
+/// Remove a network whose configuration is gone: its store entries and its record.
+/// Refused while its module reports allocations, or cannot be asked, unless --force.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct Forget {
+    /// The network's name.
+    pub network: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Forget it even if it may hold addresses still in use.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl Forget {
+    pub fn run(self) -> Result<Output, CniError> {
+        Ok(forget(&self.store.place()?, &self.network, self.force)?.into())
+    }
+}
 
 /// Removes `network`; says what went.
 pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String, CniError> {

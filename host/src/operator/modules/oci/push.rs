@@ -6,7 +6,7 @@ use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::file::ModuleFile;
 use crate::module::trust::SignatureFile;
-use crate::operator::oci::{self, Descriptor, auth};
+use crate::operator::modules::oci::{self, Descriptor, auth};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 use serde_json::{Value, json};
@@ -30,6 +30,12 @@ pub struct Push {
 
 /// A component's preamble: `\0asm`, version 0x0d, layer 1.
 const COMPONENT_PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+impl Push {
+    pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
+        push(&self).map(Into::into)
+    }
+}
 
 pub fn push(args: &Push) -> Result<String, CniError> {
     let reference = oci::reference(&args.reference)?;

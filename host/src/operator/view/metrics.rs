@@ -3,9 +3,9 @@
 //! as a table or in Prometheus text format (for node_exporter's textfile collector).
 
 use crate::health::Health;
-use crate::operator::inventory::{NetworkStats, PoolStats, printable};
-use crate::operator::log_tail;
-use crate::operator::table::{Align, Table};
+use crate::operator::view::inventory::{NetworkStats, PoolStats, printable};
+use crate::operator::view::log_tail;
+use crate::operator::view::table::{Align, Table};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;

@@ -81,6 +81,18 @@ pub struct TryCall {
 /// What `try` prints: the plugin's stdout (the CNI result or error JSON, or for a
 /// command that answers nothing, a line saying it succeeded), then with `--list`
 /// the allocations; and whether the call failed.
+impl TryCall {
+    /// Fails (exit 1) when the call did.
+    pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
+        let (text, failed) = try_call(&self)?;
+        Ok(crate::operator::args::Output {
+            text,
+            notes: Vec::new(),
+            failed,
+        })
+    }
+}
+
 pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
     let private;
     let state = match &args.state {

@@ -1,0 +1,5 @@
+pub mod inspect;
+pub mod new;
+pub mod oci;
+pub mod precompile;
+pub mod try_call;

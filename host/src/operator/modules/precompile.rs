@@ -1,0 +1,47 @@
+//! `wasm-ipam precompile MODULE`: the module compiled into the cache ahead of time
+//! (node images, installers), checked as a CNI call would check it.
+
+use crate::config::DEFAULT_CACHE_DIR;
+use crate::error::CniError;
+use crate::module::instance::ModuleHost;
+use crate::module::trust::Policies;
+use crate::operator::args::{CompileArgs, Output, open_cache};
+use std::path::PathBuf;
+
+/// Compile a module into the cache ahead of time (for node images and installers),
+/// checking it as a CNI call would.
+#[derive(clap::Args, Debug, PartialEq)]
+pub struct Precompile {
+    /// The module's .wasm component.
+    pub module: PathBuf,
+    /// The cache directory (the netconf's `ipam.cacheDir`).
+    #[arg(long, default_value = DEFAULT_CACHE_DIR)]
+    pub cache_dir: PathBuf,
+    #[command(flatten)]
+    pub compile: CompileArgs,
+}
+
+impl Precompile {
+    pub fn run(self) -> Result<Output, CniError> {
+        let cache = open_cache(&self.cache_dir, "--cache-dir DIR (one of your own)")?;
+        let loaded = ModuleHost::new()?.load(
+            &self.module,
+            None,
+            &Policies::for_call(None)?,
+            Some(&cache),
+            &self.compile.limits()?,
+        )?;
+        let done = match loaded.from_cache {
+            true => "already in",
+            false => "compiled into",
+        };
+        Ok(format!(
+            "{} (sha256 {}, {}) {done} {}\n",
+            self.module.display(),
+            loaded.sha256,
+            loaded.contract.name(),
+            self.cache_dir.display()
+        )
+        .into())
+    }
+}

@@ -1,0 +1,7 @@
+pub mod forget;
+pub mod gc;
+pub mod release_node;
+pub mod reserve;
+/// What the container runtime says is alive (CRI, or a file of ids for podman).
+pub mod runtime;
+pub mod store;

@@ -1,0 +1,4 @@
+/// Which CNI versions `install` writes into the conflist.
+pub mod cni_versions;
+pub mod import;
+pub mod install;
