@@ -5,7 +5,8 @@
 //! in order, and what may come back; STATUS, answered without the lock), `pipeline`
 //! (the one locked run every module call goes through), `module` (loading, compiling
 //! and running a module, and what it can reach), `lock` (the fair host-wide lock),
-//! `store` (the embedded and the etcd store), `operator` (the operators' commands);
+//! `store` (the embedded and the etcd store), `operator` (the operators' commands, by
+//! what the operator is doing: `view`, `setup`, `repair`, `modules`);
 //! each file beside them answers one question of its own (`health`: what the node's
 //! calls recorded for STATUS).
 

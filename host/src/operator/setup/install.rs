@@ -366,25 +366,51 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
         dry_run: install.dry_run,
         lines: Vec::new(),
     };
+    install_binaries(install, &mut steps)?;
+    let (module, pinned) = install_module(install, &mut steps)?;
+    let missing = main_plugins(install, &mut steps);
+    precompile(install, &module, pinned.as_deref(), &mut steps)?;
+    let versions = chain_versions(install, &mut steps)?;
+    let text =
+        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions))
+            .expect("serialisable")
+            + "\n";
+    put_file(
+        &install.conf_dir.join(&install.conflist_name),
+        text.as_bytes(),
+        0o644,
+        &mut steps,
+    )?;
+    if install.gc_timer {
+        install_gc_timer(install, &mut steps)?;
+    }
+    let out = steps.lines.join("\n") + "\n";
+    Ok((out, problems(install, &missing)))
+}
+
+/// This binary and its compiler (from beside it) into the bin dir.
+fn install_binaries(install: &Install, steps: &mut Steps) -> Result<(), CniError> {
     let exe = std::env::current_exe().map_err(io("cannot find this binary".into()))?;
-    copy(&exe, &install.bin_dir.join("wasm-ipam"), 0o755, &mut steps)?;
+    copy(&exe, &install.bin_dir.join("wasm-ipam"), 0o755, steps)?;
     let compiler = exe.with_file_name(COMPILER);
     if compiler.is_file() {
-        copy(
-            &compiler,
-            &install.bin_dir.join(COMPILER),
-            0o755,
-            &mut steps,
-        )?;
+        copy(&compiler, &install.bin_dir.join(COMPILER), 0o755, steps)?;
     } else {
         steps.done(
             &format!("no {COMPILER} beside {}: a cache miss on this node will fail with code 5 (precompiled below)", exe.display()),
             &format!("no {COMPILER} beside {}", exe.display()),
         );
     }
-    let from_registry = install.module.to_str().filter(|m| m.starts_with("oci://"));
-    let mut pinned = None;
-    let module = match from_registry {
+    Ok(())
+}
+
+/// The module into the module dir, copied or pulled: its path there, and the digest
+/// to pin when it was pulled.
+fn install_module(
+    install: &Install,
+    steps: &mut Steps,
+) -> Result<(PathBuf, Option<String>), CniError> {
+    match install.module.to_str().filter(|m| m.starts_with("oci://")) {
         Some(reference) if install.dry_run => {
             crate::operator::modules::oci::reference(reference)?;
             steps.done(
@@ -394,7 +420,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
                     install.module_dir.display()
                 ),
             );
-            install.module_dir.join("(pulled).wasm")
+            Ok((install.module_dir.join("(pulled).wasm"), None))
         }
         Some(reference) => {
             let pull = crate::operator::modules::oci::pull::Pull {
@@ -414,8 +440,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
                 ),
                 "",
             );
-            pinned = Some(pulled.module_sha256);
-            pulled.module
+            Ok((pulled.module, Some(pulled.module_sha256)))
         }
         None => {
             let file_name = install
@@ -423,17 +448,27 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
                 .file_name()
                 .ok_or_else(|| CniError::config("--module must name a file"))?;
             let module = install.module_dir.join(file_name);
-            copy(&install.module, &module, 0o644, &mut steps)?;
-            module
+            copy(&install.module, &module, 0o644, steps)?;
+            Ok((module, None))
         }
-    };
-    let missing = main_plugins(install, &mut steps);
-    // Compiled from the installed copy when there is one, so the cache records the
-    // path the conflist names.
-    let source = if install.dry_run && from_registry.is_none() {
-        &install.module
-    } else {
-        &module
+    }
+}
+
+/// The module compiled into the cache, so the first pod does not pay for it: from the
+/// installed copy when there is one, so the cache records the path the conflist names.
+fn precompile(
+    install: &Install,
+    module: &Path,
+    pinned: Option<&str>,
+    steps: &mut Steps,
+) -> Result<(), CniError> {
+    let pulled = install
+        .module
+        .to_str()
+        .is_some_and(|m| m.starts_with("oci://"));
+    let source = match install.dry_run && !pulled {
+        true => install.module.as_path(),
+        false => module,
     };
     if install.dry_run {
         steps.done(
@@ -444,63 +479,58 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
                 install.cache_dir.display()
             ),
         );
-    } else {
-        let cache = ModuleCache::open(&install.cache_dir)
-            .map_err(|e| CniError::new(code::IO_FAILURE, e.0))?;
-        let loaded = ModuleHost::new()?.load(
-            source,
-            pinned.as_deref(),
-            &Policies::for_call(install.trust_policy.as_deref())?,
-            Some(&cache),
-            &Limits::default(),
-        )?;
-        steps.done(
-            &format!(
-                "{} {} (sha256 {}, {}) in {}",
-                if loaded.from_cache {
-                    "already compiled"
-                } else {
-                    "compiled"
-                },
-                source.display(),
-                loaded.sha256,
-                loaded.contract.name(),
-                install.cache_dir.display()
-            ),
-            "",
-        );
+        return Ok(());
     }
-    let versions = chain_versions(install, &mut steps)?;
-    let text =
-        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions))
-            .expect("serialisable")
-            + "\n";
-    put_file(
-        &install.conf_dir.join(&install.conflist_name),
-        text.as_bytes(),
-        0o644,
-        &mut steps,
+    let cache =
+        ModuleCache::open(&install.cache_dir).map_err(|e| CniError::new(code::IO_FAILURE, e.0))?;
+    let loaded = ModuleHost::new()?.load(
+        source,
+        pinned,
+        &Policies::for_call(install.trust_policy.as_deref())?,
+        Some(&cache),
+        &Limits::default(),
     )?;
-    if install.gc_timer {
-        let (service, timer) = gc_units(install);
-        for (name, text) in [
-            ("wasm-ipam-gc.service", service),
-            ("wasm-ipam-gc.timer", timer),
-        ] {
-            put_file(
-                &install.systemd_dir.join(name),
-                text.as_bytes(),
-                0o644,
-                &mut steps,
-            )?;
-        }
-        steps.done(
-            "start the timer with: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
-            "would need: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
-        );
+    let done = match loaded.from_cache {
+        true => "already compiled",
+        false => "compiled",
+    };
+    steps.done(
+        &format!(
+            "{done} {} (sha256 {}, {}) in {}",
+            source.display(),
+            loaded.sha256,
+            loaded.contract.name(),
+            install.cache_dir.display()
+        ),
+        "",
+    );
+    Ok(())
+}
+
+/// The systemd service and timer that run `wasm-ipam gc` every 5 minutes.
+fn install_gc_timer(install: &Install, steps: &mut Steps) -> Result<(), CniError> {
+    let (service, timer) = gc_units(install);
+    for (name, text) in [
+        ("wasm-ipam-gc.service", service),
+        ("wasm-ipam-gc.timer", timer),
+    ] {
+        put_file(
+            &install.systemd_dir.join(name),
+            text.as_bytes(),
+            0o644,
+            steps,
+        )?;
     }
-    let before = sorting_first(install);
-    let out = steps.lines.join("\n") + "\n";
+    steps.done(
+        "start the timer with: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
+        "would need: systemctl daemon-reload && systemctl enable --now wasm-ipam-gc.timer",
+    );
+    Ok(())
+}
+
+/// What keeps the node from working as installed: main plugins found nowhere, and
+/// conflists that sort before ours.
+fn problems(install: &Install, missing: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     if !missing.is_empty() {
         problems.push(format!(
@@ -515,6 +545,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             missing.join(", ")
         ));
     }
+    let before = sorting_first(install);
     if !before.is_empty() {
         problems.push(format!(
             "{} sort(s) before {} in {}: containerd and CRI-O use only the first, so rename or remove them",
@@ -523,5 +554,5 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             install.conf_dir.display()
         ));
     }
-    Ok((out, problems))
+    problems
 }

@@ -1,20 +1,18 @@
-//! `wasm-ipam stats`: per-network address use from the store and, from the log file's
-//! recent calls, how long they waited for the lock, held it and used of their budget —
-//! as a table or in Prometheus text format (for node_exporter's textfile collector).
+//! `wasm-ipam stats`' figures: from the log file's recent calls, how long they waited
+//! for the lock, held it and used of their budget; and the table people read, with
+//! each network's address use. `prometheus` writes the same for node_exporter.
 
-use crate::health::Health;
 use crate::operator::view::inventory::{NetworkStats, PoolStats, printable};
 use crate::operator::view::log_tail;
 use crate::operator::view::table::{Align, Table};
 use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::io;
 use std::path::Path;
 use std::time::SystemTime;
 
 /// Histogram bucket bounds in seconds: from a fast call to the default 90 s budget.
-const BUCKETS: &[f64] = &[
+pub(super) const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 90.0,
 ];
 
@@ -113,13 +111,13 @@ fn call_timing(line: &str) -> Option<(CallTiming, Option<SystemTime>)> {
 }
 
 /// Whether any call used a datastore: only then are its series shown.
-fn used_a_datastore(timings: &[CallTiming]) -> bool {
+pub(super) fn used_a_datastore(timings: &[CallTiming]) -> bool {
     timings.iter().any(|t| t.datastore.requests > 0)
 }
 
-type Count = (&'static str, &'static str, fn(&Datastore) -> u64);
+pub(super) type Count = (&'static str, &'static str, fn(&Datastore) -> u64);
 
-const DATASTORE_COUNTS: &[Count] = &[
+pub(super) const DATASTORE_COUNTS: &[Count] = &[
     (
         "wasm_ipam_datastore_requests_total",
         "Requests calls sent to the datastore (etcd).",
@@ -137,7 +135,7 @@ const DATASTORE_COUNTS: &[Count] = &[
     ),
 ];
 
-const DATASTORE_TIMINGS: &[Metric] = &[
+pub(super) const DATASTORE_TIMINGS: &[Metric] = &[
     (
         "wasm_ipam_datastore_latency_seconds",
         "Time a call waited for the datastore's answers.",
@@ -150,9 +148,9 @@ const DATASTORE_TIMINGS: &[Metric] = &[
     ),
 ];
 
-type Metric = (&'static str, &'static str, fn(&CallTiming) -> f64);
+pub(super) type Metric = (&'static str, &'static str, fn(&CallTiming) -> f64);
 
-const TIMINGS: &[Metric] = &[
+pub(super) const TIMINGS: &[Metric] = &[
     (
         "wasm_ipam_lock_wait_seconds",
         "Time a call waited for the host-wide lock.",
@@ -170,196 +168,6 @@ const TIMINGS: &[Metric] = &[
     ),
 ];
 
-fn gauge(out: &mut String, name: &str, help: &str, rows: &[(String, u128)]) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-    for (labels, value) in rows {
-        let _ = writeln!(out, "{name}{{{labels}}} {value}");
-    }
-}
-
-/// One row per network, source and code, counting its conditions.
-fn condition_rows(conditions: &[(String, Health)]) -> Vec<(String, u128)> {
-    let mut rows: BTreeMap<String, u128> = BTreeMap::new();
-    for (network, health) in conditions {
-        let labels = |source: &str, code: u32| {
-            format!(
-                "network=\"{}\",source=\"{source}\",code=\"{code}\"",
-                escape(network)
-            )
-        };
-        if let Some((c, _)) = &health.store_unreachable {
-            *rows.entry(labels("store", c.code)).or_default() += 1;
-        }
-        for c in &health.degraded {
-            *rows.entry(labels("module", c.code)).or_default() += 1;
-        }
-    }
-    rows.into_iter().collect()
-}
-
-fn escape(label: &str) -> String {
-    label
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// Prometheus text exposition format.
-/// Per network (its totals over its pools), then per pool.
-pub fn prometheus(
-    networks: &[NetworkStats],
-    conditions: &[(String, Health)],
-    timings: &[CallTiming],
-) -> String {
-    let mut out = String::new();
-    let rows = |f: fn(&NetworkStats) -> Option<u128>| -> Vec<(String, u128)> {
-        networks
-            .iter()
-            .filter_map(|n| Some((format!("network=\"{}\"", escape(&n.network)), f(n)?)))
-            .collect()
-    };
-    let pools: Vec<&PoolStats> = networks.iter().flat_map(|n| &n.pools).collect();
-    let pool_rows = |f: fn(&PoolStats) -> Option<u128>| -> Vec<(String, u128)> {
-        pools
-            .iter()
-            .filter_map(|p| {
-                let labels = format!(
-                    "network=\"{}\",pool=\"{}\"",
-                    escape(&p.network),
-                    escape(&p.pool)
-                );
-                Some((labels, f(p)?))
-            })
-            .collect()
-    };
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_capacity",
-        "Addresses the network can hand out.",
-        &rows(|n| n.capacity),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_in_use",
-        "Addresses allocated.",
-        &rows(|n| Some(n.in_use)),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_free",
-        "Addresses that can be handed out now.",
-        &rows(|n| n.free),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_excluded",
-        "Addresses excluded from allocation.",
-        &rows(|n| Some(n.excluded)),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_cooling_down",
-        "Released addresses not yet reusable.",
-        &rows(|n| Some(n.cooling_down)),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_reserved",
-        "Addresses kept out of use by a reservation, not in use.",
-        &rows(|n| Some(n.reserved)),
-    );
-    gauge(
-        &mut out,
-        "wasm_ipam_addresses_borrowed",
-        "Addresses in use held in another node's block.",
-        &rows(|n| Some(n.borrowed)),
-    );
-    if networks.iter().any(|n| n.leak_candidates.is_some()) {
-        gauge(
-            &mut out,
-            "wasm_ipam_leak_candidates",
-            "Allocations whose sandbox the runtime does not have, older than the grace period: what wasm-ipam gc would release.",
-            &rows(|n| n.leak_candidates.map(u128::from)),
-        );
-    }
-    type PoolMetric = (&'static str, &'static str, fn(&PoolStats) -> Option<u128>);
-    const POOL_METRICS: &[PoolMetric] = &[
-        (
-            "wasm_ipam_pool_addresses_capacity",
-            "Addresses the pool can hand out.",
-            |p| p.capacity,
-        ),
-        (
-            "wasm_ipam_pool_addresses_in_use",
-            "Addresses allocated from the pool.",
-            |p| Some(p.in_use),
-        ),
-        (
-            "wasm_ipam_pool_addresses_free",
-            "Addresses the pool can hand out now.",
-            |p| p.free,
-        ),
-        (
-            "wasm_ipam_pool_addresses_excluded",
-            "Addresses of the pool excluded from allocation.",
-            |p| Some(p.excluded),
-        ),
-        (
-            "wasm_ipam_pool_addresses_cooling_down",
-            "Released addresses of the pool not yet reusable.",
-            |p| Some(p.cooling_down),
-        ),
-        (
-            "wasm_ipam_pool_addresses_reserved",
-            "Addresses of the pool kept out of use by a reservation, not in use.",
-            |p| Some(p.reserved),
-        ),
-        (
-            "wasm_ipam_pool_addresses_borrowed",
-            "Addresses of the pool in use held in another node's block.",
-            |p| Some(p.borrowed),
-        ),
-        (
-            "wasm_ipam_pool_warn_percent",
-            "The module's warning threshold: percent of the pool's capacity in use.",
-            |p| p.warn_percent.map(u128::from),
-        ),
-    ];
-    for (name, help, value) in POOL_METRICS {
-        gauge(&mut out, name, help, &pool_rows(*value));
-    }
-    gauge(
-        &mut out,
-        "wasm_ipam_status_conditions",
-        "Conditions this node's calls met that fail some ADDs while CNI STATUS answers ready: source store (the cluster store not reached) or module (what the module reported degraded), by CNI code.",
-        &condition_rows(conditions),
-    );
-    let datastore = used_a_datastore(timings);
-    if datastore {
-        for (name, help, value) in DATASTORE_COUNTS {
-            let total: u64 = timings.iter().map(|t| value(&t.datastore)).sum();
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {total}"
-            );
-        }
-    }
-    let histograms = TIMINGS
-        .iter()
-        .chain(DATASTORE_TIMINGS.iter().filter(|_| datastore));
-    for (name, help, value) in histograms {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for bound in BUCKETS {
-            let count = timings.iter().filter(|t| value(t) <= *bound).count();
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", timings.len());
-        let sum: f64 = timings.iter().map(value).sum();
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {}", timings.len());
-    }
-    out
-}
-
 /// The value below which `q` of `sorted` lies (nearest rank).
 fn quantile(sorted: &[f64], q: f64) -> f64 {
     if sorted.is_empty() {
@@ -369,13 +177,25 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-/// A table for people.
-/// `log` is the log file's path, if one was given (else there are no timings to show).
-pub fn table(
-    networks: &[NetworkStats],
-    timings: &[CallTiming],
-    log: Option<&std::path::Path>,
-) -> String {
+/// A table for people: each network's use, then (from the log, `log` its path if one
+/// was given) the call timings.
+pub fn table(networks: &[NetworkStats], timings: &[CallTiming], log: Option<&Path>) -> String {
+    let mut out = usage_table(networks);
+    match log {
+        Some(_) => {
+            let _ = writeln!(out, "\nthe last {} calls in the log", timings.len());
+            out += &timing_table(timings);
+        }
+        None => {
+            let _ = writeln!(out, "\nno log given (--log-file): no call timings");
+        }
+    }
+    out
+}
+
+/// Each network's use: one row a network, each of several pools under it, each pool's
+/// blocks under their pool when they were asked for (`--blocks`).
+fn usage_table(networks: &[NetworkStats]) -> String {
     let opt = |v: Option<u128>| v.map_or("-".to_string(), |v| v.to_string());
     // The leak column only when the runtime was asked (`stats --runtime-endpoint`).
     let leaks = networks.iter().any(|n| n.leak_candidates.is_some());
@@ -392,7 +212,7 @@ pub fn table(
     if leaks {
         columns.push(("LEAKS", Align::Right));
     }
-    let mut pools = Table::new(&columns);
+    let mut table = Table::new(&columns);
     let cells = |name: String, p: &PoolStats| {
         vec![
             name,
@@ -419,12 +239,11 @@ pub fn table(
         if leaks {
             row.push(opt(n.leak_candidates.map(u128::from)));
         }
-        pools.row(row);
-        // A network of one pool is its pool; several are shown each, each pool with
-        // its blocks when they were asked for (`--blocks`).
+        table.row(row);
+        // A network of one pool is its pool.
         for p in &n.pools {
             if n.pools.len() > 1 {
-                pools.row(cells(format!("  {}", printable(&p.pool)), p));
+                table.row(cells(format!("  {}", printable(&p.pool)), p));
             }
             for b in n
                 .blocks
@@ -435,23 +254,17 @@ pub fn table(
                     .node
                     .as_deref()
                     .map_or(String::new(), |n| format!(" ({})", printable(n)));
-                pools.row(cells(format!("    block {}{node}", printable(&b.pool)), b));
+                table.row(cells(format!("    block {}{node}", printable(&b.pool)), b));
             }
         }
     }
-    let mut out = pools.render();
-    match log {
-        Some(_) => {
-            let _ = writeln!(out, "\nthe last {} calls in the log", timings.len());
-        }
-        None => {
-            let _ = writeln!(out, "\nno log given (--log-file): no call timings");
-            return out;
-        }
-    }
-    let _ = writeln!(
-        out,
-        "{:<30} {:>10} {:>10} {:>10}",
+    table.render()
+}
+
+/// The calls' timings (p50, p99, max), and their datastore counts when they used one.
+fn timing_table(timings: &[CallTiming]) -> String {
+    let mut out = format!(
+        "{:<30} {:>10} {:>10} {:>10}\n",
         "TIMING (ms)", "p50", "p99", "max"
     );
     let datastore = used_a_datastore(timings);
@@ -491,6 +304,7 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::view::prometheus::prometheus;
 
     /// The timings of a log's text, in its order.
     fn call_timings(log: &str) -> Vec<CallTiming> {

@@ -5,6 +5,8 @@ pub mod list;
 pub mod log_tail;
 /// `stats`' table and Prometheus text, and the call timings from the log.
 pub mod metrics;
+/// `stats --prometheus`.
+pub mod prometheus;
 pub mod stats;
 /// Aligned text tables.
 pub mod table;

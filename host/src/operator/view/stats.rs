@@ -4,7 +4,7 @@
 use crate::error::{CniError, code};
 use crate::operator::args::{Output, StoreArgs};
 use crate::operator::ask::{Note, StoreAndLock, asked_all};
-use crate::operator::repair::gc;
+use crate::operator::repair::leaks as gc;
 use crate::operator::repair::runtime::Runtime;
 use crate::operator::view::{inventory, metrics};
 use std::collections::BTreeMap;
@@ -109,7 +109,7 @@ impl Stats {
                 .into_iter()
                 .filter(|(n, _)| self.network.as_deref().is_none_or(|wanted| wanted == n))
                 .collect();
-            metrics::prometheus(&stats, &conditions, &timings)
+            crate::operator::view::prometheus::prometheus(&stats, &conditions, &timings)
         } else {
             metrics::table(&stats, &timings, self.log_file.as_deref())
         };
