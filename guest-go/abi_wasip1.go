@@ -199,6 +199,23 @@ func lowerError(p uint32, e *Error) {
 	stringRef(p+errorDetails, e.Details)
 }
 
+// lowerResult writes result<T, error> into a pinned return area of `size` bytes, the
+// value or the error at `payload`, and returns it.
+func lowerResult[T any](size, payload uint32, v *T, e *Error, lower func(uint32, T)) uint32 {
+	ret, _ := alloc(size)
+	if e != nil {
+		store8(ret, 1)
+		lowerError(ret+payload, e)
+		return ret
+	}
+	var zero T
+	if v == nil {
+		v = &zero
+	}
+	lower(ret+payload, *v)
+	return ret
+}
+
 // lowerAddReturn writes ADD's answer into a pinned return area and returns it.
 func lowerAddReturn(r *Result, e *Error) uint32 {
 	ret, _ := alloc(addReturnSize)

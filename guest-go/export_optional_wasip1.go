@@ -41,14 +41,9 @@ func lowerU64(p uint32, v uint64) { store64(p, v) }
 
 // lowerListReturn writes result<list<T>, error> into a pinned return area.
 func lowerListReturn[T any](items []T, size uint32, lower func(uint32, T), e *Error) uint32 {
-	ret, _ := alloc(listResultSize)
-	if e != nil {
-		store8(ret, 1)
-		lowerError(ret+payload4, e)
-		return ret
-	}
-	lowerList(ret+payload4, size, items, lower)
-	return ret
+	return lowerResult(listResultSize, payload4, &items, e, func(p uint32, items []T) {
+		lowerList(p, size, items, lower)
+	})
 }
 
 func lowerAllocation(p uint32, a Allocation) {
@@ -95,17 +90,7 @@ func lowerReservation(p uint32, r Reservation) {
 
 // lowerReservationReturn writes result<reservation, error> into a pinned return area.
 func lowerReservationReturn(r *Reservation, e *Error) uint32 {
-	ret, _ := alloc(reservationReturnSize)
-	if e != nil {
-		store8(ret, 1)
-		lowerError(ret+reservationReturnPayload, e)
-		return ret
-	}
-	if r == nil {
-		r = &Reservation{}
-	}
-	lowerReservation(ret+reservationReturnPayload, *r)
-	return ret
+	return lowerResult(reservationReturnSize, reservationReturnPayload, r, e, lowerReservation)
 }
 
 //go:wasmexport cni:ipam/inspect@0.2.5#allocations
@@ -134,16 +119,10 @@ func exportReleaseNode(nameP, nameN, hasConfig, configP, configN, nodeP, nodeN u
 	node := stringAt(releasedP, releasedN)
 	ctx := liftContext(nameP, nameN, hasConfig, configP, configN, nodeP, nodeN, seconds, nanoseconds)
 	report, err := ReleaseNode(exported(), ctx, node, dryRun != 0, HostStore{})
-	ret, _ := alloc(releaseNodeReturnSize)
-	if err != nil {
-		store8(ret, 1)
-		lowerError(ret+payload4, err)
-		return ret
-	}
-	if report == nil {
-		report = &ReleaseReport{}
-	}
-	p := ret + payload4
+	return lowerResult(releaseNodeReturnSize, payload4, report, err, lowerReleaseReport)
+}
+
+func lowerReleaseReport(p uint32, report ReleaseReport) {
 	lowerList(p+releaseReportAddresses, releasedAddressSize, report.Addresses, func(e uint32, a ReleasedAddress) {
 		stringRef(e+releasedAddressAddress, a.Address)
 		stringRef(e+releasedAddressContainerID, a.ContainerID)
@@ -151,7 +130,6 @@ func exportReleaseNode(nameP, nameN, hasConfig, configP, configN, nodeP, nodeN u
 	})
 	lowerStrings(p+releaseReportBlocks, report.Blocks)
 	lowerStrings(p+releaseReportNotes, report.Notes)
-	return ret
 }
 
 //go:wasmexport cni:ipam/reservations@0.2.5#reserve
