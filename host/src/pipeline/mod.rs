@@ -19,6 +19,8 @@
 //! disk (see [`store::Written`]: the answer still waits for it).
 
 mod report;
+#[cfg(test)]
+mod tests;
 
 use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
@@ -34,7 +36,7 @@ use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, Ser
 use crate::test_hook::test_panic;
 pub use report::Label;
 use report::{GuestReport, Report, Timings};
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// What a run needs to know of the network it runs for: its name, its host settings
 /// (module, limits, budget, lock, store, log) and the configuration recorded with
@@ -117,6 +119,22 @@ pub fn run<T>(
     caller_gone: &dyn Fn() -> bool,
     steps: impl Fn(&mut Session) -> Result<T, CniError>,
 ) -> RunOutcome<T> {
+    let ipam = &network.ipam;
+    let open = |wait| store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait);
+    run_on(network, label, caller_gone, &open, steps)
+}
+
+/// Opens the network's store under the lock, given the budget left for it.
+type OpenStore<'a> = &'a dyn Fn(Duration) -> Result<Box<dyn store::Store>, CniError>;
+
+/// [`run`] with the store `open` gives: the network's own, or a test's.
+fn run_on<T>(
+    network: &Network,
+    label: &Label,
+    caller_gone: &dyn Fn() -> bool,
+    open: OpenStore,
+    steps: impl Fn(&mut Session) -> Result<T, CniError>,
+) -> RunOutcome<T> {
     if let Some(path) = &network.ipam.log_file {
         // A log that cannot be opened costs one line on stderr, never the answer.
         logging::init(
@@ -127,7 +145,7 @@ pub fn run<T>(
     }
     let started = Instant::now();
     let mut report = Report::default();
-    let (result, loaded) = locked(network, caller_gone, &steps, &mut report);
+    let (result, loaded) = locked(network, caller_gone, open, &steps, &mut report);
     report::log(label, network, started, &report, result.as_ref().err());
     let now = report.timings.as_ref().map_or(0, |t| {
         t.granted
@@ -154,6 +172,7 @@ pub fn run<T>(
 fn locked<T>(
     network: &Network,
     caller_gone: &dyn Fn() -> bool,
+    open: OpenStore,
     steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
     report: &mut Report,
 ) -> (Result<T, CniError>, Option<LoadedEngine>) {
@@ -175,7 +194,7 @@ fn locked<T>(
     };
     let deadline = Deadline::from_grant(&lock, ipam.deadline);
     let mut guest = GuestReport::default();
-    let result = attempts(&loaded, network, deadline, steps, &mut guest);
+    let result = attempts(&loaded, network, deadline, open, steps, &mut guest);
     let lock_wait = lock.waited();
     drop(lock);
     let lock_hold = deadline.elapsed();
@@ -246,17 +265,12 @@ fn attempts<T>(
     loaded: &LoadedEngine,
     network: &Network,
     deadline: Deadline,
+    open: OpenStore,
     steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
     report: &mut GuestReport,
 ) -> Result<(T, Written), CniError> {
     let ipam = &network.ipam;
-    let opened = store::open_with(
-        &ipam.store,
-        &ipam.data_dir,
-        &ipam.node_name(),
-        deadline.remaining(),
-    );
-    let mut store = match opened {
+    let mut store = match open(deadline.remaining()) {
         Ok(store) => store,
         Err(e) => {
             if matches!(ipam.store, StoreConfig::Etcd(_)) {
