@@ -5,6 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Where the time goes: each phase's seconds, on stderr as it ends (cargo test adds
+# each test binary's own "finished in").
+phase_began=$SECONDS
+phase() {
+  echo "test.sh: $1 took $((SECONDS - phase_began)) s" >&2
+  phase_began=$SECONDS
+}
+
 rustup target add wasm32-wasip2 >/dev/null
 # Real peers for the integration tests: host-local, bridge and ptp from Debian's
 # containernetworking-plugins (in /usr/lib/cni), ip and ping for network namespaces,
@@ -88,9 +96,13 @@ if ! command -v containerd >/dev/null || ! command -v ctr >/dev/null || ! comman
 fi
 # --- end of containerd
 
+phase "installing the peers"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+phase "clippy (host)"
 cargo clippy --target wasm32-wasip2 -p wasm-ipam-guest -p host-local -p minimal -p probe -p legacy-v0-1 -p legacy-v0-2 -p cluster-pool -- -D warnings
+phase "clippy (wasm32 modules)"
 # The per-call binary must carry no compiler: nothing in its build graph may pull in
 # Cranelift's code generator (the compiler is compiler/'s own binary). The check is
 # live: the same query on wasm-ipam-compiler lists it.
@@ -99,3 +111,4 @@ if cargo tree -p wasm-ipam -e no-dev -i cranelift-codegen --prefix none 2>/dev/n
   exit 1
 fi
 cargo test --workspace
+phase "cargo test --workspace"
