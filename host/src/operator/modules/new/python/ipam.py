@@ -17,13 +17,19 @@ class CniError(Exception):
 
 
 def read_range(config: str):
+    """`ipam.start`, `ipam.end` and `ipam.prefixLen`; one missing or wrong is named by
+    its key path and value, as the host and the Rust and Go SDKs name theirs."""
     ipam = json.loads(config).get("ipam", {})
-    try:
-        start = ipaddress.IPv4Address(ipam["start"])
-        end = ipaddress.IPv4Address(ipam["end"])
-        return start, end, int(ipam["prefixLen"])
-    except (KeyError, ValueError) as e:
-        raise CniError(7, f"invalid ipam configuration: {e!r}")
+
+    def field(key, parse):
+        if key not in ipam:
+            raise CniError(7, f"invalid ipam.{key}: missing")
+        try:
+            return parse(ipam[key])
+        except (TypeError, ValueError) as e:
+            raise CniError(7, f"invalid ipam.{key}: {ipam[key]!r}: {e}")
+
+    return field("start", ipaddress.IPv4Address), field("end", ipaddress.IPv4Address), field("prefixLen", int)
 
 
 def addresses(start, end):

@@ -41,5 +41,18 @@ class HandsOutTheRange(unittest.TestCase):
         self.assertEqual(ipam.allocations(store), [("10.99.0.10", "c", "eth0"), ("10.99.0.11", "b", "eth0")])
 
 
+class NamesAWrongSetting(unittest.TestCase):
+    def test_by_its_key_path_and_value(self):
+        bad = json.dumps({"ipam": {"start": "10.99.0.x", "end": "10.99.0.11", "prefixLen": 24}})
+        with self.assertRaises(ipam.CniError) as raised:
+            ipam.add(DictStore(), bad, "a", "eth0")
+        self.assertEqual(raised.exception.code, 7)
+        self.assertTrue(raised.exception.msg.startswith("invalid ipam.start: '10.99.0.x': "), raised.exception.msg)
+        missing = json.dumps({"ipam": {"start": "10.99.0.10", "end": "10.99.0.11"}})
+        with self.assertRaises(ipam.CniError) as raised:
+            ipam.add(DictStore(), missing, "a", "eth0")
+        self.assertEqual(raised.exception.msg, "invalid ipam.prefixLen: missing")
+
+
 if __name__ == "__main__":
     unittest.main()
