@@ -1,5 +1,5 @@
-//! Upkeep and bulk work on the etcd store at the scale a node meets (issue: a node
-//! bricked by its own upkeep): a thousand sticky holds expiring together and fifty
+//! Upkeep and bulk work on the etcd store at the scale a node meets, so that a node
+//! is never taken out of service by its own upkeep: a thousand sticky holds expiring together and fifty
 //! idle blocks must not fail a call under a small `maxTxnOps`, and must drain over
 //! later calls within the budget docs/cluster.md gives; gc, CNI GC and release-node
 //! over a thousand allocations go in batches, each atomic, and finish when run again

@@ -23,7 +23,7 @@ pub struct Options {
 }
 
 /// Herd sizes with a target: each one's ADD+DEL wall time must be at most this
-/// fraction of host-local's (issue 22: 0.5× for 1000, 0.8× for 200).
+/// fraction of host-local's (BENCHMARKS.md's "Targets" table).
 const WALL_RATIO_TARGETS: [(usize, f64); 2] = [(1000, 0.5), (200, 0.8)];
 
 /// One phase (all ADDs or all DELs) of one herd.
