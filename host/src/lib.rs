@@ -14,6 +14,7 @@ pub mod call;
 pub mod caller;
 pub mod cni;
 pub mod config;
+mod doc_figures;
 pub mod error;
 pub mod files;
 pub mod fuzz;
