@@ -2,6 +2,7 @@
 //! (with this node's etcd, module and paths), its reservation commands run as written
 //! (only the netconf's path differs), and the outputs it shows.
 
+use crate::doc_blocks::{Block, Expect, blocks, check, runs};
 use crate::etcd::Etcd;
 use crate::harness::*;
 use serde_json::{Value, json};
@@ -9,29 +10,13 @@ use std::path::Path;
 
 const GUIDE: &str = "docs/cluster.md";
 
-/// The fenced blocks of the guide, in order: (info string, text).
-fn blocks(doc: &str) -> Vec<(String, String)> {
-    let mut blocks = Vec::new();
-    let mut open: Option<(String, String)> = None;
-    for line in doc.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(info)) => open = Some((info.trim().to_string(), String::new())),
-            (Some(_), Some(_)) => blocks.push(open.take().unwrap()),
-            (Some((_, text)), None) => {
-                text.push_str(line);
-                text.push('\n');
-            }
-            (None, None) => {}
-        }
-    }
-    blocks
-}
-
-fn block<'a>(blocks: &'a [(String, String)], marker: &str) -> &'a (String, String) {
-    blocks
+/// The text of the block that contains `marker`.
+fn block<'a>(blocks: &'a [Block], marker: &str) -> &'a str {
+    &blocks
         .iter()
-        .find(|(_, text)| text.contains(marker))
+        .find(|block| block.text.contains(marker))
         .unwrap_or_else(|| panic!("{GUIDE} has no block with {marker:?}"))
+        .text
 }
 
 /// Runs one line of a `sh` block as written, `wasm-ipam` being the binary under test
@@ -67,7 +52,7 @@ fn the_cluster_guide_runs_as_written() {
     let node = Node::new();
 
     // "Running with etcd": the netconf, with this test's etcd, module and paths.
-    let mut conf: Value = serde_json::from_str(&block(&blocks, "\"store\": {").1).unwrap();
+    let mut conf: Value = serde_json::from_str(block(&blocks, "\"store\": {")).unwrap();
     let ipam = conf["ipam"].as_object_mut().unwrap();
     ipam.insert("module".into(), json!(cluster_pool_module()));
     ipam.insert("lockFile".into(), json!(node.lock_file()));
@@ -78,7 +63,7 @@ fn the_cluster_guide_runs_as_written() {
     ipam["store"].as_object_mut().unwrap().remove("tls");
     // "Pools per namespace or pod": its pools, in place of the single cidr.
     let pools: Value =
-        serde_json::from_str(&format!("{{{}}}", block(&blocks, "\"pools\": [").1)).unwrap();
+        serde_json::from_str(&format!("{{{}}}", block(&blocks, "\"pools\": ["))).unwrap();
     ipam.remove("cidr");
     ipam.insert("pools".into(), pools["pools"].clone());
     let netconf = node.dir.path().join("10-pods.conflist");
@@ -94,34 +79,25 @@ fn the_cluster_guide_runs_as_written() {
             .assert_ok();
     }
 
-    // Every `sh` block, in order, each line as written; an `output` block after one
-    // is all it prints, an `output excerpt` lines of it.
-    let mut ran = 0;
-    for (i, (info, commands)) in blocks.iter().enumerate() {
-        if info != "sh" {
-            continue;
-        }
+    // Every `sh` block, in order, each line as written, printing what its output
+    // block says (a reservation's start time being the run's, not the guide's).
+    let runs = runs(&blocks);
+    for (commands, expect) in &runs {
         let printed: String = commands
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(|line| sh(line, &netconf))
             .collect();
-        ran += 1;
-        match blocks.get(i + 1) {
-            Some((info, shown)) if info == "output" => {
-                assert_eq!(any_time(&printed), any_time(shown), "{commands}")
-            }
-            Some((info, shown)) if info == "output excerpt" => {
-                for line in shown.lines() {
-                    assert!(
-                        printed.lines().any(|l| l == line),
-                        "no {line:?} in what {commands} printed:\n{printed}"
-                    );
-                }
-            }
-            _ => {}
+        let expect = match expect {
+            Expect::Exactly(lines) => Expect::Exactly(lines.iter().map(|l| any_time(l)).collect()),
+            Expect::Excerpt(lines) => Expect::Excerpt(lines.iter().map(|l| any_time(l)).collect()),
+            other => other.clone(),
+        };
+        if let Err(why) = check(&any_time(&printed), &expect) {
+            panic!("{commands}{why}");
         }
     }
+    let ran = runs.len();
     assert!(ran >= 2, "{GUIDE} has {ran} sh blocks");
 }
 

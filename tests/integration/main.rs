@@ -5,11 +5,14 @@
 mod abandoned;
 mod authoring;
 mod bad_input;
+#[path = "../shared/builds.rs"]
+mod builds;
 mod cache;
 mod cluster_guide;
 mod contract;
 mod crash;
 mod deadline;
+mod doc_blocks;
 mod etcd;
 mod etcd_outage;
 mod etcd_upkeep;

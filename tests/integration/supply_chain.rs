@@ -7,6 +7,7 @@
 //! storage removed when the binary exits); each test pushes modules of its own, made
 //! distinct by a custom section, so no test sees another's blobs.
 
+use crate::doc_blocks;
 use crate::harness::*;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -736,40 +737,10 @@ fn install_pulls_a_module_from_a_registry_and_pins_it() {
     assert_eq!(ipam["trustPolicy"], json!(strict));
 }
 
-/// The `sh` blocks of docs/supply-chain.md, each with the lines its `output` block
-/// says it prints.
-fn doc_steps(doc: &str) -> Vec<(String, Vec<String>)> {
-    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
-    let mut lines = doc.lines();
-    while let Some(line) = lines.next() {
-        let Some(info) = line.strip_prefix("```").filter(|i| !i.is_empty()) else {
-            continue;
-        };
-        let body: Vec<&str> = lines
-            .by_ref()
-            .take_while(|l| !l.starts_with("```"))
-            .collect();
-        match info.trim() {
-            "sh" => steps.push((body.join("\n") + "\n", Vec::new())),
-            "output" => {
-                let (_, expect) = steps
-                    .last_mut()
-                    .expect("an output block follows a sh block");
-                expect.extend(
-                    body.iter()
-                        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")),
-                );
-            }
-            _ => {}
-        }
-    }
-    steps
-}
-
 #[test]
 fn the_supply_chain_guide_runs_as_written() {
     let doc = std::fs::read_to_string(workspace().join("docs/supply-chain.md")).unwrap();
-    let steps = doc_steps(&doc);
+    let steps = doc_blocks::runs(&doc_blocks::blocks(&doc));
     assert!(steps.len() >= 6, "{steps:?}");
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
@@ -819,12 +790,8 @@ fn the_supply_chain_guide_runs_as_written() {
             "{script}failed: {stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let printed = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
-        for line in expect {
-            assert!(
-                printed.contains(&line),
-                "{script}did not print {line:?}: {stdout}"
-            );
+        if let Err(why) = doc_blocks::check(&stdout, &expect) {
+            panic!("{script}{why}");
         }
     }
 }

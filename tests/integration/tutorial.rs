@@ -4,22 +4,17 @@
 //! shows must be what the commands printed. So neither the tutorial nor its samples
 //! can rot: a step or a sample that stops being true fails this test.
 //!
-//! The document's conventions (its blocks' info strings):
-//! - ```` ```<lang> file=PATH ```` — the tutorial writes this file;
-//! - ```` ```<lang> generated=PATH ```` — a file an earlier command wrote (`wasm-ipam
-//!   new`), which must hold exactly this text;
-//! - ```` ```sh ```` — commands, run with bash (`set -euo pipefail`), each block in
-//!   the directory the previous one ended in (as in one terminal);
-//! - ```` ```output ```` right after a `sh` block — all that block prints on stdout,
-//!   line by line (runs of whitespace collapsed, blank lines ignored);
-//! - ```` ```output excerpt ```` — lines of it, each a whole line, in this order;
-//! - `<!-- part: NAME -->` starts a part (`rust`, `python`, `go`), each in a directory of its
-//!   own. FILE and generated paths are relative to it.
+//! The document's conventions are those of every document the suite runs
+//! ([`crate::doc_blocks`]): `file=` and `generated=` blocks, `sh` blocks each run with
+//! bash (`set -euo pipefail`) in the directory the previous one ended in (as in one
+//! terminal), output blocks, and `<!-- part: NAME -->` (`rust`, `python`, `go`), each
+//! part in a directory of its own, FILE and generated paths relative to it.
 //!
 //! Needs root (the Rust part ends running `bridge` in a network namespace), as CI has,
 //! and componentize-py, Go and wasm-tools on PATH (scripts/test.sh installs them); the
 //! namespaces and links the tutorial makes are removed even when a step fails.
 
+use crate::doc_blocks::{Expect, Piece, check, pieces};
 use crate::harness::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,105 +29,43 @@ enum Step {
     Run { script: String, expect: Expect },
 }
 
-/// What a `sh` block must print: nothing checked, all of it, or lines of it.
-#[derive(Debug, PartialEq, Default)]
-enum Expect {
-    #[default]
-    Anything,
-    Exactly(Vec<String>),
-    Excerpt(Vec<String>),
-}
-
 /// The document's parts, each its steps in order.
 fn parts(doc: &str) -> Vec<(String, Vec<Step>)> {
     let mut parts: Vec<(String, Vec<Step>)> = Vec::new();
-    let mut lines = doc.lines();
-    while let Some(line) = lines.next() {
-        if let Some(name) = line
-            .strip_prefix("<!-- part: ")
-            .and_then(|l| l.strip_suffix(" -->"))
-        {
-            parts.push((name.to_string(), Vec::new()));
-            continue;
-        }
-        let Some(info) = line.strip_prefix("```").filter(|i| !i.is_empty()) else {
-            continue;
-        };
-        let mut body = String::new();
-        for line in lines.by_ref() {
-            if line.starts_with("```") {
-                break;
+    for piece in pieces(doc) {
+        let block = match piece {
+            Piece::Part(name) => {
+                parts.push((name, Vec::new()));
+                continue;
             }
-            body.push_str(line);
-            body.push('\n');
-        }
+            Piece::Block(block) => block,
+        };
         let Some((_, steps)) = parts.last_mut() else {
             continue;
         };
-        let attribute = |name: &str| {
-            info.split_whitespace()
-                .find_map(|w| w.strip_prefix(name).map(str::to_string))
-        };
-        if let Some(path) = attribute("file=") {
-            steps.push(Step::File { path, text: body });
-        } else if let Some(path) = attribute("generated=") {
-            steps.push(Step::Generated { path, text: body });
-        } else if info == "sh" {
+        if let Some(path) = block.attribute("file=") {
+            steps.push(Step::File {
+                path,
+                text: block.text,
+            });
+        } else if let Some(path) = block.attribute("generated=") {
+            steps.push(Step::Generated {
+                path,
+                text: block.text,
+            });
+        } else if block.info == "sh" {
             steps.push(Step::Run {
-                script: body,
+                script: block.text,
                 expect: Expect::Anything,
             });
-        } else if info == "output" || info == "output excerpt" {
-            let lines: Vec<String> = body
-                .lines()
-                .map(collapse)
-                .filter(|l| !l.is_empty())
-                .collect();
+        } else if let Some(shown) = Expect::of(&block) {
             match steps.last_mut() {
-                Some(Step::Run { expect, .. }) if *expect == Expect::Anything => {
-                    *expect = if info == "output" {
-                        Expect::Exactly(lines)
-                    } else {
-                        Expect::Excerpt(lines)
-                    }
-                }
+                Some(Step::Run { expect, .. }) if *expect == Expect::Anything => *expect = shown,
                 _ => panic!("{DOC}: an output block must follow a sh block, once"),
             }
         }
     }
     parts
-}
-
-/// Whether `printed` is what `expect` says, or how it differs.
-fn check(printed: &str, expect: &Expect) -> Result<(), String> {
-    let printed: Vec<String> = printed
-        .lines()
-        .map(collapse)
-        .filter(|l| !l.is_empty())
-        .collect();
-    match expect {
-        Expect::Anything => Ok(()),
-        Expect::Exactly(lines) if *lines == printed => Ok(()),
-        Expect::Exactly(lines) => Err(format!(
-            "printed, whitespace collapsed:\n{}\nthe document says:\n{}",
-            printed.join("\n"),
-            lines.join("\n")
-        )),
-        Expect::Excerpt(lines) => {
-            let mut rest = printed.iter();
-            match lines.iter().find(|line| !rest.any(|p| p == *line)) {
-                None => Ok(()),
-                Some(line) => Err(format!(
-                    "did not print {line:?} as a whole line (after the lines before it); printed:\n{}",
-                    printed.join("\n")
-                )),
-            }
-        }
-    }
-}
-
-fn collapse(line: &str) -> String {
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// What the tutorial leaves on the host, removed on drop: namespaces and links named
@@ -295,28 +228,6 @@ fn the_document_parses_into_its_three_parts() {
             );
         }
     }
-}
-
-#[test]
-fn outputs_are_compared_whole_or_as_ordered_excerpts() {
-    let printed = "a  b\n\nc\nd\n";
-    let exactly = |l: &[&str]| Expect::Exactly(l.iter().map(|s| s.to_string()).collect());
-    let excerpt = |l: &[&str]| Expect::Excerpt(l.iter().map(|s| s.to_string()).collect());
-    assert_eq!(check(printed, &exactly(&["a b", "c", "d"])), Ok(()));
-    assert!(
-        check(printed, &exactly(&["a b", "c"])).is_err(),
-        "a line more"
-    );
-    assert!(
-        check(printed, &exactly(&["a b", "d", "c"])).is_err(),
-        "order"
-    );
-    assert_eq!(check(printed, &excerpt(&["a b", "d"])), Ok(()));
-    assert!(check(printed, &excerpt(&["d", "a b"])).is_err(), "order");
-    assert!(
-        check(printed, &excerpt(&["a"])).is_err(),
-        "a part of a line"
-    );
 }
 
 #[test]
