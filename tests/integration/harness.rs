@@ -93,40 +93,10 @@ pub fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds the example and test modules for wasm32-wasip2 once per test run (in their
-/// own target dir, so the outer cargo's lock is never contended) and returns the
-/// directory holding the `.wasm` files.
+/// The example and test modules, built for wasm32-wasip2 once per test run
+/// ([`crate::builds`], shared with tests/cri): the directory holding the `.wasm` files.
 pub fn modules_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let target = workspace().join("target/modules");
-        let status = Command::new(env!("CARGO"))
-            .current_dir(workspace())
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "-p",
-                "probe",
-                "-p",
-                "host-local",
-                "-p",
-                "minimal",
-                "-p",
-                "legacy-v0-1",
-                "-p",
-                "legacy-v0-2",
-                "-p",
-                "cluster-pool",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .status()
-            .expect("run cargo to build the modules");
-        assert!(status.success(), "building the wasm modules failed");
-        target.join("wasm32-wasip2/release")
-    })
+    crate::builds::modules_dir(&workspace())
 }
 
 /// One compiled-module cache for the whole run, so most calls skip compiling (the

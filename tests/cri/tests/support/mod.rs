@@ -2,6 +2,8 @@
 //! as the integration suite builds them), waiting on a condition with a time limit,
 //! and skipping where containerd cannot run, visibly.
 
+#[path = "../../../shared/builds.rs"]
+mod builds;
 pub mod containerd;
 pub mod cri;
 pub mod image;
@@ -63,40 +65,11 @@ pub fn wasm_ipam_bin() -> &'static Path {
     })
 }
 
-/// `examples/host-local` built for wasm32-wasip2 exactly as the integration harness's
-/// `modules_dir()` builds it (same packages, same `target/modules`), so the two suites
-/// share one build and never undo each other's.
+/// `examples/host-local`, built for wasm32-wasip2 with the other modules as the
+/// integration suite builds them ([`builds`]): one build for both suites.
 pub fn host_local_module() -> &'static Path {
     static MODULE: OnceLock<PathBuf> = OnceLock::new();
-    MODULE.get_or_init(|| {
-        let target = workspace().join("target/modules");
-        let status = Command::new(env!("CARGO"))
-            .current_dir(workspace())
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "-p",
-                "probe",
-                "-p",
-                "host-local",
-                "-p",
-                "minimal",
-                "-p",
-                "legacy-v0-1",
-                "-p",
-                "legacy-v0-2",
-                "-p",
-                "cluster-pool",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .status()
-            .expect("run cargo to build the modules");
-        assert!(status.success(), "building the wasm modules failed");
-        target.join("wasm32-wasip2/release/host_local.wasm")
-    })
+    MODULE.get_or_init(|| builds::modules_dir(&workspace()).join("host_local.wasm"))
 }
 
 /// The tests each start a containerd and many processes: one at a time, so they
