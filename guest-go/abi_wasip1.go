@@ -218,27 +218,12 @@ func lowerResult[T any](size, payload uint32, v *T, e *Error, lower func(uint32,
 
 // lowerAddReturn writes ADD's answer into a pinned return area and returns it.
 func lowerAddReturn(r *Result, e *Error) uint32 {
-	ret, _ := alloc(addReturnSize)
-	if e != nil {
-		store8(ret, 1)
-		lowerError(ret+payload4, e)
-	} else {
-		if r == nil {
-			r = &Result{}
-		}
-		lowerIPAMResult(ret+payload4, r)
-	}
-	return ret
+	return lowerResult(addReturnSize, payload4, r, e, func(p uint32, r Result) { lowerIPAMResult(p, &r) })
 }
 
 // lowerUnitReturn writes a result<_, error> into a pinned return area and returns it.
 func lowerUnitReturn(e *Error) uint32 {
-	ret, _ := alloc(unitReturnSize)
-	if e != nil {
-		store8(ret, 1)
-		lowerError(ret+payload4, e)
-	}
-	return ret
+	return lowerResult(unitReturnSize, payload4, (*struct{})(nil), e, func(uint32, struct{}) {})
 }
 
 // keep makes sure v is alive up to here (for memory passed by address to the host).

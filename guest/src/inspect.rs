@@ -210,13 +210,14 @@ impl Pool {
     }
 
     /// Sets free to capacity less excluded, in use and cooling down (never below 0);
-    /// free stays unknown while capacity is. Call it after the counts.
+    /// free stays unknown while capacity is. Call it after the counts. This record
+    /// has no reserved count: a module that keeps reservations says them, and the
+    /// free count less them, in [`crate::PoolUsage`] (`usage`).
     pub fn free_from_capacity(mut self) -> Self {
+        let taken = [self.excluded, self.in_use, self.cooling_down].map(u128::from);
         self.free = self.capacity.map(|capacity| {
-            capacity
-                .saturating_sub(self.excluded)
-                .saturating_sub(self.in_use)
-                .saturating_sub(self.cooling_down)
+            let free = crate::usage::capacity_less(capacity.into(), &taken);
+            u64::try_from(free).expect("at most the capacity, a u64")
         });
         self
     }

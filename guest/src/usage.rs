@@ -166,15 +166,20 @@ impl PoolUsage {
 
     /// Free: capacity less what is excluded, in use, cooling down and reserved.
     pub fn free_from_capacity(mut self) -> Self {
-        self.free = self.capacity.map(|capacity| {
-            capacity
-                .saturating_sub(self.excluded)
-                .saturating_sub(self.in_use)
-                .saturating_sub(self.cooling_down)
-                .saturating_sub(self.reserved)
-        });
+        let taken = [self.excluded, self.in_use, self.cooling_down, self.reserved];
+        self.free = self
+            .capacity
+            .map(|capacity| capacity_less(capacity, &taken));
         self
     }
+}
+
+/// `capacity` less each of `taken`, never below 0: a pool's free count, for
+/// `usage`'s row and `inspect`'s record alike (whose record has no reserved count).
+pub(crate) fn capacity_less(capacity: u128, taken: &[u128]) -> u128 {
+    taken
+        .iter()
+        .fold(capacity, |left, taken| left.saturating_sub(*taken))
 }
 
 impl Reservation {
