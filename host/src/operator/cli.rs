@@ -72,3 +72,186 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
         Operation::Try(command) => command.run(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+    use std::path::PathBuf;
+
+    fn parse(line: &str) -> Result<Operation, clap::Error> {
+        Cli::try_parse_from(line.split_whitespace()).map(|cli| cli.command)
+    }
+
+    /// The refusal of `line`: its kind, and clap's message.
+    fn refused(line: &str) -> (ErrorKind, String) {
+        let err = parse(line).expect_err(line);
+        (err.kind(), err.to_string())
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn each_command_takes_its_operands_and_defaults() {
+        let Operation::Install(install) =
+            parse("wasm-ipam install --module m.wasm --subnet 10.85.0.0/24").unwrap()
+        else {
+            panic!("not install");
+        };
+        assert_eq!(install.subnet.to_string(), "10.85.0.0/24");
+        assert_eq!(install.network, "wasm-ipam");
+        assert_eq!(install.conf_dir, PathBuf::from("/etc/cni/net.d"));
+        assert_eq!(
+            install.plugin_dirs,
+            [PathBuf::from("/usr/lib/cni"), "/usr/libexec/cni".into()]
+        );
+
+        let Operation::ImportHostLocal(import) =
+            parse("wasm-ipam import-host-local --network a --network b --module m.wasm").unwrap()
+        else {
+            panic!("not import-host-local");
+        };
+        assert_eq!(import.network, ["a", "b"]);
+        assert_eq!(import.data_dir, PathBuf::from("/var/lib/cni/networks"));
+
+        let Operation::Gc(gc) = parse("wasm-ipam gc --all-networks --dry-run").unwrap() else {
+            panic!("not gc");
+        };
+        assert!(gc.all_networks && gc.dry_run && !gc.json);
+        assert_eq!(
+            gc.store.lock_timeout,
+            crate::operator::args::LOCK_TIMEOUT_SECONDS
+        );
+
+        let Operation::ReleaseNode(release) =
+            parse("wasm-ipam release-node node-b --netconf n.conflist --window 1h").unwrap()
+        else {
+            panic!("not release-node");
+        };
+        assert_eq!(release.node, "node-b");
+        assert_eq!(*release.window, std::time::Duration::from_secs(3600));
+
+        let Operation::Reserve(reserve) =
+            parse("wasm-ipam reserve 10.80.3.0/28 --netconf n.conflist --note vip").unwrap()
+        else {
+            panic!("not reserve");
+        };
+        assert_eq!(
+            (reserve.cidr.as_str(), reserve.note.as_str()),
+            ("10.80.3.0/28", "vip")
+        );
+
+        let Operation::Try(tried) =
+            parse("wasm-ipam try m.wasm add --set start=10.99.0.10 --set prefixLen=24").unwrap()
+        else {
+            panic!("not try");
+        };
+        assert_eq!(tried.set, ["start=10.99.0.10", "prefixLen=24"]);
+        assert_eq!((tried.id.as_str(), tried.ifname.as_str()), ("pod1", "eth0"));
+
+        let Operation::Push(push) =
+            parse("wasm-ipam push m.wasm oci://r/acme/m:1.0 --signature m.wasm.minisig").unwrap()
+        else {
+            panic!("not push");
+        };
+        assert_eq!(push.reference, "oci://r/acme/m:1.0");
+
+        let Operation::New(new) = parse("wasm-ipam new my-ipam --lang go").unwrap() else {
+            panic!("not new");
+        };
+        assert_eq!(new.name, "my-ipam");
+
+        for line in [
+            "wasm-ipam list --json",
+            "wasm-ipam stats --prometheus --netconf n.conflist",
+            "wasm-ipam forget old-net --force",
+            "wasm-ipam unreserve 10.80.0.10 --netconf n.conflist",
+            "wasm-ipam store check",
+            "wasm-ipam inspect m.wasm --no-cache --json",
+            "wasm-ipam precompile m.wasm --compile-memory-mib 512",
+            "wasm-ipam pull oci://r/acme/m:1.0 --json",
+        ] {
+            parse(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+        }
+    }
+
+    #[test]
+    fn what_a_command_cannot_mean_is_refused_naming_it() {
+        let cases = [
+            (
+                "wasm-ipam install --module m.wasm",
+                ErrorKind::MissingRequiredArgument,
+                "--subnet",
+            ),
+            (
+                "wasm-ipam install --module m.wasm --subnet 10.85.0.0",
+                ErrorKind::ValueValidation,
+                "--subnet",
+            ),
+            (
+                "wasm-ipam reserve 10.80.0.10",
+                ErrorKind::MissingRequiredArgument,
+                "--netconf",
+            ),
+            (
+                "wasm-ipam gc",
+                ErrorKind::MissingRequiredArgument,
+                "--network",
+            ),
+            (
+                "wasm-ipam gc --all-networks --network a",
+                ErrorKind::ArgumentConflict,
+                "--network",
+            ),
+            (
+                "wasm-ipam gc --network a --runtime-endpoint unix:///run/c.sock --valid-from v.json",
+                ErrorKind::ArgumentConflict,
+                "--valid-from",
+            ),
+            (
+                "wasm-ipam stats --prometheus --json",
+                ErrorKind::ArgumentConflict,
+                "--json",
+            ),
+            (
+                "wasm-ipam import-host-local --network a --module m.wasm --netconf n.conf",
+                ErrorKind::ArgumentConflict,
+                "--netconf",
+            ),
+            (
+                "wasm-ipam try m.wasm FOO",
+                ErrorKind::InvalidValue,
+                "ADD, DEL, CHECK, GC, STATUS",
+            ),
+            (
+                "wasm-ipam new m --lang java",
+                ErrorKind::InvalidValue,
+                "rust, python, go",
+            ),
+            (
+                "wasm-ipam release-node n --netconf n.conf --window soon",
+                ErrorKind::ValueValidation,
+                "--window",
+            ),
+            (
+                "wasm-ipam list --lock-timeout soon",
+                ErrorKind::ValueValidation,
+                "--lock-timeout",
+            ),
+            (
+                "wasm-ipam list --no-such-flag",
+                ErrorKind::UnknownArgument,
+                "--no-such-flag",
+            ),
+        ];
+        for (line, kind, named) in cases {
+            let (got, message) = refused(line);
+            assert_eq!(got, kind, "{line}: {message}");
+            assert!(message.contains(named), "{line}: {message}");
+        }
+    }
+}

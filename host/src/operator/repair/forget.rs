@@ -108,3 +108,59 @@ fn forget_if_empty(
             _ => e,
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{self, Changes, Quota};
+    use std::time::Duration;
+
+    /// A node's store and lock in a temporary directory, `network` holding `entries`
+    /// and no record of its module (as one an older host or a crash left).
+    fn place_with(network: &str, entries: usize) -> (tempfile::TempDir, StoreAndLock) {
+        let dir = tempfile::tempdir().unwrap();
+        let place = StoreAndLock {
+            data_dir: dir.path().join("data"),
+            lock_file: dir.path().join("lock"),
+            lock_timeout: Duration::from_secs(30),
+        };
+        let changes: Changes = (0..entries)
+            .map(|i| (format!("ip/10.0.0.{i}"), Some(b"c1/eth0".to_vec())))
+            .collect();
+        store::open(&place.data_dir, Duration::from_secs(30))
+            .unwrap()
+            .commit(network, &changes, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        (dir, place)
+    }
+
+    #[test]
+    fn a_network_no_module_can_vouch_for_is_kept_unless_forced() {
+        let (_dir, place) = place_with("old", 2);
+        let refused = forget(&place, "old", false).unwrap_err();
+        assert_eq!(refused.code, code::INVALID_NETWORK_CONFIG);
+        assert!(
+            refused
+                .msg
+                .contains("no module is recorded for network old")
+                && refused.msg.contains("pass --force"),
+            "{}",
+            refused.msg
+        );
+        let store = || store::open(&place.data_dir, Duration::from_secs(30)).unwrap();
+        assert_eq!(store().usage("old").unwrap().entries, 2, "kept");
+
+        let said = forget(&place, "old", true).unwrap();
+        assert_eq!(said, "forgot network old: 2 store entries and its record\n");
+        assert_eq!(store().usage("old").unwrap().entries, 0);
+    }
+
+    #[test]
+    fn a_network_the_store_does_not_hold_is_named() {
+        let (_dir, place) = place_with("kept", 1);
+        let err = forget(&place, "other", true).unwrap_err();
+        assert_eq!(err.msg, "the store holds nothing for network other");
+        let said = forget(&place, "kept", true).unwrap();
+        assert_eq!(said, "forgot network kept: 1 store entry and its record\n");
+    }
+}

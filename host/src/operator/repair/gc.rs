@@ -155,3 +155,45 @@ fn age(seconds: u64) -> String {
         s => format!("{}d", s / 86400),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leak(address: &str, age_seconds: Option<u64>, released: bool) -> Leak {
+        Leak {
+            network: "pods".into(),
+            address: address.parse().unwrap(),
+            container_id: "c1".into(),
+            ifname: "eth0".into(),
+            age_seconds,
+            node: "node-a".into(),
+            released,
+        }
+    }
+
+    #[test]
+    fn the_table_says_for_each_leak_whether_it_went() {
+        let leaks = [
+            leak("10.0.0.2", Some(45), true),
+            leak("10.0.0.3", None, false),
+        ];
+        assert_eq!(
+            table(&leaks, false),
+            "NETWORK ADDRESS  CONTAINER ID IFNAME AGE NODE   RELEASED\n\
+             pods    10.0.0.2 c1           eth0   45s node-a yes\n\
+             pods    10.0.0.3 c1           eth0   -   node-a no (the module kept it)\n"
+        );
+        assert!(table(&leaks, true).contains("no (dry run)"));
+        // A container id a runtime sent with a control character prints escaped.
+        let mut odd = leak("10.0.0.4", None, true);
+        odd.container_id = "c\u{1b}[2J".into();
+        assert!(!table(&[odd], false).contains('\u{1b}'));
+    }
+
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let ages = [0, 119, 120, 7199, 7200, 172_799, 172_800].map(age);
+        assert_eq!(ages, ["0s", "119s", "2m", "119m", "2h", "47h", "2d"]);
+    }
+}

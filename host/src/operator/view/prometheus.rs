@@ -203,3 +203,25 @@ pub fn prometheus(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gauge_is_written_in_the_exposition_format_with_its_labels_escaped() {
+        let network = "a \"quoted\" \\ net\nwork";
+        let mut out = String::new();
+        gauge(
+            &mut out,
+            "wasm_ipam_example",
+            "An example.",
+            &[(format!("network=\"{}\"", escape(network)), 7)],
+        );
+        assert_eq!(
+            out,
+            "# HELP wasm_ipam_example An example.\n# TYPE wasm_ipam_example gauge\n\
+             wasm_ipam_example{network=\"a \\\"quoted\\\" \\\\ net\\nwork\"} 7\n"
+        );
+    }
+}
