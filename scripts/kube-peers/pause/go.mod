@@ -1,0 +1,3 @@
+module wasm-ipam/kube-peers/pause
+
+go 1.26.0
