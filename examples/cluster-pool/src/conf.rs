@@ -115,6 +115,9 @@ pub struct Conf {
     /// Whether a node that cannot claim a block fails instead of borrowing an address
     /// from another node's block.
     pub strict_affinity: bool,
+    /// Whether the main plugin routes each pod through a host veth of its own
+    /// (`ptp`), where no address is on-link: set from the netconf's `type`.
+    pub routed_per_pod: bool,
 }
 
 impl Conf {
@@ -191,6 +194,7 @@ impl Conf {
             grace: ipam.block_grace_seconds.unwrap_or(DEFAULT_GRACE_SECONDS),
             max_blocks: ipam.max_blocks_per_node,
             strict_affinity: ipam.strict_affinity,
+            routed_per_pod: false,
         })
     }
 

@@ -74,7 +74,9 @@ const LINK_SCOPE: u8 = 253;
 
 impl Conf {
     fn of(request: &Request) -> Result<Self, Error> {
-        Self::from_ipam(request.ipam()?)
+        let mut conf = Self::from_ipam(request.ipam()?)?;
+        conf.routed_per_pod = request.config().get("type").and_then(|t| t.as_str()) == Some("ptp");
+        Ok(conf)
     }
 }
 
@@ -972,12 +974,15 @@ impl<S: Store> Call<'_, S> {
 /// the block's gateway. A borrowed one (another node's block) answers a host prefix
 /// (/32, /128) and a link route to the same gateway: the pod must not take the
 /// lender's block for on-link, as its other addresses live on the lender's node.
+/// Under `ptp` nothing is on-link (it routes the block through the gateway it puts
+/// on the pod's own host veth), so a borrowed address is answered as an own one is:
+/// ptp refuses a host prefix, whose on-link route it expects to delete.
 fn result(conf: &Conf, ips: &[IpAddr], borrowed: &[IpAddr]) -> IpamResult {
     let mut result = IpamResult::default();
     for ip in ips {
         let range = conf.range_of(*ip).expect("allocated from a pool");
         let gateway = range.gateway(range.block_of(*ip).expect("in its range"));
-        if borrowed.contains(ip) {
+        if borrowed.contains(ip) && !conf.routed_per_pod {
             let host = if ip.is_ipv4() { 32 } else { 128 };
             result = result
                 .ip(IpConfig::new(format!("{ip}/{host}")).gateway(gateway))

@@ -588,6 +588,31 @@ fn pools_that_would_make_a_choice_ambiguous_are_refused() {
 }
 
 #[test]
+fn under_ptp_a_borrowed_address_is_answered_with_its_block_prefix_and_gateway() {
+    // ptp routes each pod through its own host veth: nothing is on-link, and it refuses
+    // a host prefix (it deletes the on-link route an address adds, which a /32 has not).
+    let mut conf = config(json!({"cidr": "10.9.0.0/27", "maxBlocksPerNode": 1}));
+    conf["type"] = json!("ptp");
+    let mut store = MemoryStore::default();
+    let b0 = add(&mut store, "b", "b0", 1, &conf);
+    let lender = block_of_in(&b0, "10.9.0.0/27");
+    for i in 0..13 {
+        add(&mut store, "a", &format!("a{i}"), 1, &conf);
+    }
+    let result = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap();
+    let ip = &result.ips[0];
+    assert_eq!(block_of_in(&ip.address, "10.9.0.0/27"), lender, "{ip:?}");
+    assert!(ip.address.ends_with("/28"), "the block's prefix: {ip:?}");
+    let range = Range::new("10.9.0.0/27".parse().unwrap(), 28).unwrap();
+    assert_eq!(
+        ip.gateway.clone().unwrap(),
+        range.gateway(lender.parse().unwrap()).to_string(),
+        "the lender block's gateway"
+    );
+    assert!(result.routes.is_empty(), "no link route: {result:?}");
+}
+
+#[test]
 fn a_node_at_its_block_limit_borrows_from_another_nodes_block() {
     // Two /28 blocks of 13 usable addresses; one block per node.
     let conf = config(json!({"cidr": "10.9.0.0/27", "maxBlocksPerNode": 1}));

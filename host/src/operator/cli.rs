@@ -102,7 +102,7 @@ mod tests {
         else {
             panic!("not install");
         };
-        assert_eq!(install.subnet.to_string(), "10.85.0.0/24");
+        assert_eq!(install.subnet.unwrap().to_string(), "10.85.0.0/24");
         assert_eq!(install.network, "wasm-ipam");
         assert_eq!(install.conf_dir, PathBuf::from("/etc/cni/net.d"));
         assert_eq!(

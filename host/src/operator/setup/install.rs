@@ -4,12 +4,13 @@
 //!
 //! 1. this binary and its compiler into the CNI bin dir;
 //! 2. the module into the module dir;
-//! 3. the main plugins the conflist needs (`bridge`, `portmap`, and `loopback`, which
-//!    containerd runs for every pod) present in the same bin dir: a runtime takes one
-//!    bin dir, so they are linked from where the distribution put them;
+//! 3. the main plugins the conflist needs (`bridge` or `ptp`, `portmap`, and
+//!    `loopback`, which containerd runs for every pod) present in the same bin dir: a
+//!    runtime takes one bin dir, so they are linked from where the distribution put them;
 //! 4. the module compiled into the cache, so the first pod does not pay for it;
-//! 5. a conflist (bridge + wasm-ipam, the node's subnet) named to sort first, since
-//!    containerd and CRI-O use only the lexically first conflist in the conf dir;
+//! 5. a conflist (bridge or ptp + wasm-ipam, the node's subnet or the module's own
+//!    keys) named to sort first, since containerd and CRI-O use only the lexically
+//!    first conflist in the conf dir;
 //! 6. with `--gc-timer`, a systemd timer running `wasm-ipam gc` every few minutes, since
 //!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md).
 //!
@@ -30,8 +31,42 @@ use std::io::Write;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-/// The main plugins the written conflist (and the runtime) needs in the bin dir.
-pub const MAIN_PLUGINS: &[&str] = &["bridge", "portmap", "loopback"];
+/// The plugin that makes the pod's interface and gives it wasm-ipam's addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MainPlugin {
+    /// Pods on one bridge holding the subnet's gateway: one gateway per node, so one
+    /// subnet (or one block) per node.
+    Bridge,
+    /// A veth per pod, routed: the pod's gateway on its own host veth and a host route
+    /// to it, so a node may hold several blocks and pools (docs/cluster.md, Routing).
+    Ptp,
+}
+
+impl MainPlugin {
+    pub fn name(self) -> &'static str {
+        match self {
+            MainPlugin::Bridge => "bridge",
+            MainPlugin::Ptp => "ptp",
+        }
+    }
+
+    /// The plugins the written conflist (and the runtime) needs in the bin dir.
+    pub fn needed(self) -> [&'static str; 3] {
+        [self.name(), "portmap", "loopback"]
+    }
+}
+
+/// The `ipam` keys install writes itself: an `--ipam-config` may not set them.
+const INSTALL_KEYS: &[(&str, &str)] = &[
+    ("type", "(always wasm-ipam)"),
+    ("module", "--module"),
+    ("moduleSha256", "--module oci://…"),
+    ("cacheDir", "--cache-dir"),
+    ("dataDir", "--data-dir"),
+    ("lockFile", "--lock-file"),
+    ("logFile", "--log-file"),
+    ("trustPolicy", "--trust-policy"),
+];
 
 /// What to install, and where: `wasm-ipam install`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -47,13 +82,25 @@ pub struct Install {
     /// Pull over plain HTTP from a registry that is not on this machine.
     #[arg(long)]
     pub insecure: bool,
-    /// The node's pod subnet (the conflist's range).
+    /// The node's pod subnet (the conflist's range, as host-local's module reads it).
+    #[arg(
+        long,
+        required_unless_present = "ipam_config",
+        conflicts_with = "ipam_config"
+    )]
+    pub subnet: Option<ipnet::IpNet>,
+    /// A JSON object of the module's own `ipam` keys (e.g. cluster-pool's `cidr`,
+    /// `blockSize`, `nodeName` and `store`), written into the conflist instead of the
+    /// --subnet's range.
     #[arg(long)]
-    pub subnet: ipnet::IpNet,
+    pub ipam_config: Option<PathBuf>,
+    /// The main plugin: `ptp` for a node holding several blocks or pools.
+    #[arg(long, value_enum, default_value_t = MainPlugin::Bridge)]
+    pub main_plugin: MainPlugin,
     /// The network's name.
     #[arg(long, default_value = "wasm-ipam")]
     pub network: String,
-    /// The bridge device.
+    /// The bridge device (with --main-plugin bridge).
     #[arg(long, default_value = "cni0")]
     pub bridge: String,
     /// The runtime's CNI bin dir (containerd's and CRI-O's default).
@@ -199,7 +246,7 @@ fn copy(from: &Path, to: &Path, mode: u32, steps: &mut Steps) -> Result<(), CniE
 /// else linked from the first plugin dir that has it; missing ones are listed.
 fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
     let mut missing = Vec::new();
-    for plugin in MAIN_PLUGINS {
+    for plugin in install.main_plugin.needed() {
         let target = install.bin_dir.join(plugin);
         if fs::metadata(&target).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0) {
             steps.done(
@@ -237,24 +284,61 @@ fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
 /// plugin that declares it (in `runtimeConfig`); bridge passes them on to its IPAM.
 pub const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
 
-/// The chain's plugins whose versions bound the conflist's (wasm-ipam's own are
-/// known): the ones it lists.
-const CHAIN: &[&str] = &["bridge", "portmap"];
+/// The module's keys: the --subnet's range and a default route (host-local's keys,
+/// which the host-local module reads), or the --ipam-config file's object.
+pub fn module_keys(
+    install: &Install,
+) -> Result<serde_json::Map<String, serde_json::Value>, CniError> {
+    if let Some(subnet) = install.subnet {
+        let default_route = if subnet.addr().is_ipv4() {
+            "0.0.0.0/0"
+        } else {
+            "::/0"
+        };
+        let keys = json!({
+            "ranges": [[{ "subnet": subnet.to_string() }]],
+            "routes": [{ "dst": default_route }],
+        });
+        return Ok(keys.as_object().expect("an object").clone());
+    }
+    let path = install
+        .ipam_config
+        .as_ref()
+        .ok_or_else(|| CniError::config("install needs --subnet or --ipam-config"))?;
+    let text = fs::read_to_string(path).map_err(|e| {
+        CniError::config(format!("cannot read --ipam-config {}", path.display())).with_details(e)
+    })?;
+    let keys: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        CniError::config(format!(
+            "--ipam-config {} is not valid JSON",
+            path.display()
+        ))
+        .with_details(e)
+    })?;
+    let serde_json::Value::Object(keys) = keys else {
+        return Err(CniError::config(format!(
+            "--ipam-config {} must hold a JSON object (the module's ipam keys)",
+            path.display()
+        )));
+    };
+    if let Some((key, flag)) = INSTALL_KEYS.iter().find(|(key, _)| keys.contains_key(*key)) {
+        return Err(CniError::config(format!(
+            "--ipam-config {} sets ipam.{key}, which install writes itself: use {flag}",
+            path.display()
+        )));
+    }
+    Ok(keys)
+}
 
-/// The conflist: bridge with wasm-ipam as its IPAM (host-local's configuration keys,
-/// which the host-local module reads), then portmap; its versions as `versions` chose
-/// them, and bridge declaring the pod-annotations capability.
+/// The conflist: the main plugin with wasm-ipam as its IPAM, then portmap; its
+/// versions as `versions` chose them, and the main plugin declaring the
+/// pod-annotations capability.
 pub fn conflist(
     install: &Install,
     module: &Path,
     sha256: Option<&str>,
     versions: &Chosen,
-) -> serde_json::Value {
-    let default_route = if install.subnet.addr().is_ipv4() {
-        "0.0.0.0/0"
-    } else {
-        "::/0"
-    };
+) -> Result<serde_json::Value, CniError> {
     let mut ipam = json!({
         "type": "wasm-ipam",
         "module": module,
@@ -268,9 +352,10 @@ pub fn conflist(
         // lets this network's calls through behind about ten of those.
         "deadlineSeconds": 45,
         "lockTimeoutSeconds": 60,
-        "ranges": [[{ "subnet": install.subnet.to_string() }]],
-        "routes": [{ "dst": default_route }],
     });
+    for (key, value) in module_keys(install)? {
+        ipam[key] = value;
+    }
     for (key, value) in [
         ("dataDir", &install.data_dir),
         ("lockFile", &install.lock_file),
@@ -285,22 +370,31 @@ pub fn conflist(
     if let Some(sha256) = sha256 {
         ipam["moduleSha256"] = json!(sha256);
     }
-    json!({
+    let main = match install.main_plugin {
+        MainPlugin::Bridge => json!({
+            "type": "bridge",
+            "bridge": install.bridge,
+            "isGateway": true,
+            "ipMasq": true,
+            "capabilities": { POD_ANNOTATIONS: true },
+            "ipam": ipam,
+        }),
+        MainPlugin::Ptp => json!({
+            "type": "ptp",
+            "ipMasq": true,
+            "capabilities": { POD_ANNOTATIONS: true },
+            "ipam": ipam,
+        }),
+    };
+    Ok(json!({
         "cniVersion": versions.cni_version,
         "cniVersions": versions.cni_versions,
         "name": install.network,
         "plugins": [
-            {
-                "type": "bridge",
-                "bridge": install.bridge,
-                "isGateway": true,
-                "ipMasq": true,
-                "capabilities": { POD_ANNOTATIONS: true },
-                "ipam": ipam,
-            },
+            main,
             { "type": "portmap", "capabilities": { "portMappings": true } },
         ]
-    })
+    }))
 }
 
 /// The chain's versions, each plugin asked where the runtime will find it (the bin
@@ -308,7 +402,8 @@ pub fn conflist(
 fn chain_versions(install: &Install, steps: &mut Steps) -> Result<Chosen, CniError> {
     let mut chain = Vec::new();
     let mut unasked = Vec::new();
-    for plugin in CHAIN {
+    // The chain's plugins bound the conflist's versions (wasm-ipam's own are known).
+    for plugin in [install.main_plugin.name(), "portmap"] {
         let found = std::iter::once(install.bin_dir.join(plugin))
             .chain(install.plugin_dirs.iter().map(|d| d.join(plugin)))
             .find(|p| p.is_file());
@@ -362,6 +457,8 @@ impl Install {
 }
 
 pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
+    // The module's keys are checked before anything is written.
+    module_keys(install)?;
     let mut steps = Steps {
         dry_run: install.dry_run,
         lines: Vec::new(),
@@ -372,7 +469,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     precompile(install, &module, pinned.as_deref(), &mut steps)?;
     let versions = chain_versions(install, &mut steps)?;
     let text =
-        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions))
+        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions)?)
             .expect("serialisable")
             + "\n";
     put_file(
