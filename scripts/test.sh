@@ -96,6 +96,23 @@ if ! command -v containerd >/dev/null || ! command -v ctr >/dev/null || ! comman
 fi
 # --- end of containerd
 
+# --- the real node, for tests/kube (kubelet and containerd 2 run pods with wasm-ipam
+# as their IPAM, on a one-node cluster of real processes: scripts/kube-node.sh):
+# etcd, kube-apiserver, kubelet, kubectl, containerd 2, crictl and the 1.10 CNI
+# plugins, built from their Go modules at our pins by scripts/kube-peers.sh into a
+# cache outside target/. Cold, that is most of half an hour on two cores, so it runs
+# beside clippy and the test build, and the tests wait for it; runc from Debian;
+# curl, which the node script asks etcd's health with.
+if ! command -v curl >/dev/null || ! command -v nsenter >/dev/null || ! command -v runc >/dev/null; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl util-linux runc >/dev/null
+fi
+mkdir -p target
+kube_peers_log=target/kube-peers.log
+scripts/kube-peers.sh >/dev/null 2>"$kube_peers_log" &
+kube_peers=$!
+# --- end of the real node
+
 phase "installing the peers"
 
 cargo fmt --all -- --check
@@ -110,5 +127,12 @@ if cargo tree -p wasm-ipam -e no-dev -i cranelift-codegen --prefix none 2>/dev/n
   echo "wasm-ipam's per-call binary depends on Cranelift's code generator" >&2
   exit 1
 fi
+if ! wait "$kube_peers"; then
+  cat "$kube_peers_log" >&2
+  echo "scripts/kube-peers.sh failed" >&2
+  exit 1
+fi
+cat "$kube_peers_log" >&2
+phase "waiting for the Kubernetes peers (built beside clippy)"
 cargo test --workspace
 phase "cargo test --workspace"

@@ -1,0 +1,532 @@
+#!/usr/bin/env bash
+# A one-node Kubernetes cluster of real processes on this machine, with wasm-ipam as
+# the node's IPAM, as kind or minikube would give one but without containers:
+#
+#   scripts/kube-node.sh up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local]
+#   scripts/kube-node.sh restart-runtime DIR [--wipe]
+#       containerd killed (as a crash) and started again; --wipe: as a node reset, its
+#       shims and pods killed too and its state and root removed before it starts
+#   scripts/kube-node.sh down DIR
+#
+# `up` starts etcd and kube-apiserver on the host side of a veth, and containerd and
+# kubelet inside a network namespace of their own (the node: kubelet refuses a
+# loopback node address, and nothing the node does touches this machine's own
+# interfaces). It returns when the Node is Ready, leaving DIR/kubeconfig (an admin's)
+# and DIR/env (the paths a test or an operator needs, as shell assignments).
+# `down` stops every process `up` started, by PID, and removes what they left: mounts,
+# the namespace and its veth, cgroups, the few fixed paths kubelet and containerd use,
+# and the kernel settings kubelet changed. docs/kubernetes-node.md says what each
+# setting is for.
+#
+# Binaries: the peers from scripts/kube-peers.sh, runc from Debian, and wasm-ipam and
+# its module from $WASM_IPAM_BIN / $WASM_IPAM_MODULE (built here when unset).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+
+usage() {
+  echo "usage: $0 up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] | restart-runtime DIR [--wipe] | down DIR" >&2
+  exit 2
+}
+(($# >= 2)) || usage
+action=$1
+dir=$(realpath -m "$2")
+shift 2
+
+# The node's fixed names and addresses. One node at a time on a machine: `up` refuses
+# when the namespace already exists.
+netns=wasm-ipam-node
+node_name=kube-node
+host_veth=wipam-node0
+host_ip=10.250.0.1
+node_ip=10.250.0.2
+link_prefix=30
+pod_cidr=10.244.0.0/16
+service_cidr=10.96.0.0/24
+bridge=cni0
+network=pods
+# kubelet's cgroup root, made in every cgroup v1 hierarchy (kubelet refuses one that
+# is missing from any).
+cgroup_root=wasm-ipam-node
+# What kubelet and containerd put in fixed places whatever their configuration.
+fixed_paths=(/var/log/containers /var/lib/cni /run/containerd)
+# The kernel settings kubelet sets at start (protectKernelDefaults: false); `up`
+# records them and `down` puts them back.
+kernel_settings=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
+  kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
+
+say() { echo "kube-node: $*" >&2; }
+die() {
+  say "$*"
+  exit 1
+}
+elapsed() { echo "$((SECONDS - began)) s"; }
+
+# wait_until SECONDS WHAT COMMAND...: runs COMMAND until it succeeds, at most SECONDS.
+wait_until() {
+  local limit=$1 what=$2 deadline=$((SECONDS + $1))
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+in_node() { nsenter --net="/run/netns/$netns" -- "$@"; }
+
+# start NAME COMMAND...: starts COMMAND in the background, its output in DIR/logs/NAME.log,
+# (appended: a restarted process keeps one log), its PID in DIR/pids/NAME (so `down` stops exactly what `up` started).
+start() {
+  local name=$1
+  shift
+  setsid "$@" >>"$dir/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$dir/pids/$name"
+}
+
+running() { [[ -f $dir/pids/$1 ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+
+# fail_start NAME: the process died or never answered: its log's end says why.
+fail_start() {
+  say "$1 did not start; the end of $dir/logs/$1.log:"
+  tail -n 30 "$dir/logs/$1.log" >&2 || true
+  exit 1
+}
+
+# --- up ---------------------------------------------------------------------------
+
+certificates() {
+  local pki=$dir/pki
+  mkdir -p "$pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=wasm-ipam-node-ca" \
+    -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+  # issue NAME SUBJECT [SANS]: a key and a certificate signed by the CA.
+  issue() {
+    local ext=$pki/$1.ext
+    echo "basicConstraints=CA:FALSE" >"$ext"
+    echo "keyUsage=digitalSignature,keyEncipherment" >>"$ext"
+    echo "extendedKeyUsage=serverAuth,clientAuth" >>"$ext"
+    [[ -n ${3:-} ]] && echo "subjectAltName=$3" >>"$ext"
+    openssl req -newkey rsa:2048 -nodes -subj "$2" -keyout "$pki/$1.key" -out "$pki/$1.csr" 2>/dev/null
+    openssl x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+      -days 30 -extfile "$ext" -out "$pki/$1.crt" 2>/dev/null
+  }
+  issue apiserver "/CN=kube-apiserver" \
+    "IP:$host_ip,IP:127.0.0.1,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost"
+  issue admin "/O=system:masters/CN=wasm-ipam-admin"
+  issue kubelet "/O=system:nodes/CN=system:node:$node_name"
+  issue apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+}
+
+# kubeconfig FILE CERT: a kubeconfig for the apiserver, as the client of CERT.
+kubeconfig() {
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: wasm-ipam-node
+  cluster:
+    server: https://$host_ip:6443
+    certificate-authority: $dir/pki/ca.crt
+users:
+- name: $2
+  user:
+    client-certificate: $dir/pki/$2.crt
+    client-key: $dir/pki/$2.key
+contexts:
+- name: wasm-ipam-node
+  context: {cluster: wasm-ipam-node, user: $2}
+current-context: wasm-ipam-node
+EOF
+}
+
+network() {
+  ip netns add "$netns"
+  ip link add "$host_veth" type veth peer name eth0 netns "$netns"
+  ip addr add "$host_ip/$link_prefix" dev "$host_veth"
+  ip link set "$host_veth" up
+  in_node ip link set lo up
+  in_node ip addr add "$node_ip/$link_prefix" dev eth0
+  in_node ip link set eth0 up
+  in_node ip route add default via "$host_ip"
+}
+
+cgroups() {
+  local hierarchy
+  for hierarchy in /sys/fs/cgroup/*/; do
+    [[ $hierarchy == */unified/ ]] && continue
+    mkdir -p "$hierarchy$cgroup_root"
+    # cpuset's children start empty; a cgroup without cpus or mems takes no task.
+    if [[ -f $hierarchy/cpuset.cpus ]]; then
+      cat "$hierarchy/cpuset.cpus" >"$hierarchy$cgroup_root/cpuset.cpus"
+      cat "$hierarchy/cpuset.mems" >"$hierarchy$cgroup_root/cpuset.mems"
+    fi
+  done
+}
+
+wasm_ipam() {
+  bin=${WASM_IPAM_BIN:-}
+  module=${WASM_IPAM_MODULE:-}
+  if [[ -z $bin ]]; then
+    cargo build --release -p wasm-ipam -p wasm-ipam-compiler >&2
+    bin=$repo/target/release/wasm-ipam
+  fi
+  if [[ -z $module ]]; then
+    local package=host-local file=host_local.wasm
+    [[ $store == etcd ]] && package=cluster-pool file=cluster_pool.wasm
+    cargo build --release --target wasm32-wasip2 -p "$package" >&2
+    module=$repo/target/wasm32-wasip2/release/$file
+  fi
+  [[ -x $bin && -f $module ]] || die "no wasm-ipam binary ($bin) or module ($module)"
+}
+
+# The CNI config, written by `wasm-ipam install` as on a real node: wasm-ipam, its
+# module and its main plugins (the 1.10 ones) into the bin dir, the conflist into the
+# conf dir.
+cni() {
+  mkdir -p "$dir/cni/bin" "$dir/cni/net.d" "$dir/ipam"
+  local plugin
+  for plugin in bridge ptp loopback host-local portmap; do
+    ln -sf "$peers/$plugin" "$dir/cni/bin/$plugin"
+  done
+  local install=("$bin" install --module "$module" --network "$network" --bridge "$bridge"
+    --bin-dir "$dir/cni/bin" --module-dir "$dir/cni/wasm" --conf-dir "$dir/cni/net.d"
+    --cache-dir "$dir/ipam/cache" --data-dir "$dir/ipam/data" --lock-file "$dir/ipam/ipam.lock"
+    --log-file "$dir/ipam/wasm-ipam.log" --plugin-dir "$peers")
+  case $store in
+  local) install+=(--subnet "$subnet") ;;
+  etcd)
+    cat >"$dir/ipam/cluster.json" <<EOF
+{
+  "cidr": "$pod_cidr",
+  "blockSize": $block_size,
+  "nodeName": "$node_name",
+  "store": {"type": "etcd", "endpoints": ["http://$host_ip:2379"], "prefix": "/wasm-ipam/"}
+}
+EOF
+    install+=(--main-plugin ptp --ipam-config "$dir/ipam/cluster.json")
+    ;;
+  esac
+  "${install[@]}" >"$dir/logs/install.log" 2>&1 || {
+    cat "$dir/logs/install.log" >&2
+    die "wasm-ipam install failed"
+  }
+  # --ipam host-local: the same conflist with the reference host-local as its IPAM
+  # instead, for benchmarks that compare the two under the same runtime and kubelet.
+  if [[ $ipam == host-local ]]; then
+    [[ $store == local ]] || die "--ipam host-local takes --store local"
+    python3 - "$dir/cni/net.d/00-wasm-ipam.conflist" "$dir/host-local" "$subnet" <<'PY'
+import json, sys
+path, data_dir, subnet = sys.argv[1:]
+conflist = json.load(open(path))
+conflist["plugins"][0]["ipam"] = {"type": "host-local", "dataDir": data_dir,
+    "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]}
+json.dump(conflist, open(path, "w"), indent=2)
+PY
+  fi
+}
+
+containerd_config() {
+  cat >"$dir/containerd/config.toml" <<EOF
+version = 3
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
+
+[grpc]
+  address = "$dir/containerd/containerd.sock"
+
+[ttrpc]
+  address = "$dir/containerd/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10.1"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # The sandboxes' network namespaces under the state dir, not /run/netns.
+  netns_mounts_under_state_dir = true
+  # This machine's cgroup v1 has no hugetlb hierarchy.
+  tolerate_missing_hugetlb_controller = true
+  # Its root lacks CAP_SYS_RESOURCE (bounding set 0x1fffeffffff), so no process may
+  # lower its oom_score_adj: runc would fail every sandbox setting kubelet's -998.
+  restrict_oom_score_adj = true
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  # No systemd on this machine: cgroupfs, which kubelet then takes from the runtime.
+  SystemdCgroup = false
+  BinaryName = "$(command -v runc)"
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["$dir/cni/bin"]
+  conf_dir = "$dir/cni/net.d"
+EOF
+}
+
+start_containerd() {
+  start containerd nsenter --net="/run/netns/$netns" -- "$peers/containerd" --config "$dir/containerd/config.toml"
+  wait_until 60 "containerd answers" "$peers/ctr" --address "$dir/containerd/containerd.sock" version ||
+    fail_start containerd
+}
+
+restart_runtime() {
+  [[ -f $dir/env ]] || die "$dir holds no node that is up"
+  peers=$(sed -n 's/^PEERS=//p' "$dir/env")
+  running containerd || die "containerd is not running"
+  local pid
+  pid=$(cat "$dir/pids/containerd")
+  kill -KILL "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  if [[ ${1:-} == --wipe ]]; then
+    # What a node reset leaves: no shim, no sandbox, no runtime state, and no CNI DEL
+    # for any of them.
+    kill_leftovers
+    unmount_under "$dir/containerd"
+    unmount_under /run/containerd
+    rm -rf "$dir/containerd/root" "$dir/containerd/state" /run/containerd /var/lib/cni
+  fi
+  start_containerd
+  "$peers/ctr" --address "$dir/containerd/containerd.sock" -n k8s.io images import "$peers/pause.tar" >/dev/null
+  say "containerd restarted${1:+ ($1)}"
+}
+
+kubelet_config() {
+  cat >"$dir/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$dir/containerd/containerd.sock
+# This machine: cgroup v1 (kubelet refuses it unless told), no systemd, swap allowed.
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup_root
+cgroupsPerQOS: true
+enforceNodeAllocatable: []
+failSwapOn: false
+address: $node_ip
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+podLogsDir: $dir/kubelet/pod-logs
+resolvConf: $dir/kubelet/resolv.conf
+maxPods: 250
+# The defaults, written out: what a DEL under a queued lock is measured against.
+runtimeRequestTimeout: 2m
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $dir/pki/ca.crt}
+authorization:
+  mode: Webhook
+# A test machine's disk may be fuller than a node's: evict only when nearly full.
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
+  nodefs.inodesFree: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+EOF
+  echo "nameserver $host_ip" >"$dir/kubelet/resolv.conf"
+}
+
+up() {
+  [[ -e /run/netns/$netns ]] && die "a node is already up (network namespace $netns): scripts/kube-node.sh down its DIR first"
+  [[ -e $dir/pids ]] && die "$dir holds a node already: scripts/kube-node.sh down $dir first"
+  command -v runc >/dev/null || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
+  }
+  began=$SECONDS
+  peers=$(scripts/kube-peers.sh)
+  wasm_ipam
+  mkdir -p "$dir"/{logs,pids,etcd,containerd,kubelet/pod-logs,fixed,kernel}
+  # Which fixed paths and kernel settings were there before, for `down`.
+  local path setting
+  for path in "${fixed_paths[@]}"; do
+    [[ -e $path ]] && echo "$path" >>"$dir/fixed/existed"
+  done
+  touch "$dir/fixed/existed"
+  for setting in "${kernel_settings[@]}"; do
+    mkdir -p "$dir/kernel/$(dirname "$setting")"
+    cat "/proc/sys/$setting" >"$dir/kernel/$setting"
+  done
+  # Everything `up` made is undone if a step fails.
+  trap 'status=$?; if ((status != 0)); then say "up failed: taking down what it started"; down_all; fi' EXIT
+
+  certificates
+  kubeconfig "$dir/kubeconfig" admin
+  kubeconfig "$dir/kubelet/kubeconfig" kubelet
+  network
+  cgroups
+
+  start etcd "$peers/etcd" --name node-etcd --data-dir "$dir/etcd/data" \
+    --listen-client-urls "http://$host_ip:2379" --advertise-client-urls "http://$host_ip:2379" \
+    --listen-peer-urls "http://$host_ip:2380" --initial-advertise-peer-urls "http://$host_ip:2380" \
+    --initial-cluster "node-etcd=http://$host_ip:2380" --log-level warn
+  wait_until 60 "etcd answers" curl -sf "http://$host_ip:2379/health" || fail_start etcd
+
+  start kube-apiserver "$peers/kube-apiserver" \
+    --etcd-servers "http://$host_ip:2379" --bind-address "$host_ip" --advertise-address "$host_ip" \
+    --secure-port 6443 --tls-cert-file "$dir/pki/apiserver.crt" --tls-private-key-file "$dir/pki/apiserver.key" \
+    --client-ca-file "$dir/pki/ca.crt" --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-account-key-file "$dir/pki/sa.pub" --service-account-signing-key-file "$dir/pki/sa.key" \
+    --service-cluster-ip-range "$service_cidr" --allow-privileged \
+    --kubelet-client-certificate "$dir/pki/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$dir/pki/apiserver-kubelet-client.key"
+  wait_until 120 "the apiserver is ready" "$peers/kubectl" --kubeconfig "$dir/kubeconfig" get --raw /readyz ||
+    fail_start kube-apiserver
+  # No controller-manager: the default namespace's service account, which admission
+  # looks up for every pod, is made here.
+  wait_until 60 "the default service account" "$peers/kubectl" --kubeconfig "$dir/kubeconfig" \
+    create serviceaccount default --namespace default ||
+    "$peers/kubectl" --kubeconfig "$dir/kubeconfig" get serviceaccount default >/dev/null ||
+    die "cannot create the default service account"
+
+  cni
+  containerd_config
+  start_containerd
+  "$peers/ctr" --address "$dir/containerd/containerd.sock" -n k8s.io images import "$peers/pause.tar" >/dev/null
+
+  kubelet_config
+  start kubelet nsenter --net="/run/netns/$netns" -- "$peers/kubelet" \
+    --config "$dir/kubelet/config.yaml" --kubeconfig "$dir/kubelet/kubeconfig" \
+    --root-dir "$dir/kubelet/root" --hostname-override "$node_name" --node-ip "$node_ip" --v 2
+  wait_until 180 "the Node is Ready" bash -c \
+    "[[ \$('$peers/kubectl' --kubeconfig '$dir/kubeconfig' get node '$node_name' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}') == True ]]" ||
+    fail_start kubelet
+
+  cat >"$dir/env" <<EOF
+KUBECONFIG=$dir/kubeconfig
+PEERS=$peers
+NODE_NAME=$node_name
+NODE_NETNS=$netns
+NODE_IP=$node_ip
+STORE=$store
+IPAM=$ipam
+RUNTIME_ENDPOINT=unix://$dir/containerd/containerd.sock
+CNI_CONF_DIR=$dir/cni/net.d
+CNI_BIN_DIR=$dir/cni/bin
+IPAM_DATA_DIR=$dir/ipam/data
+IPAM_LOCK_FILE=$dir/ipam/ipam.lock
+IPAM_LOG_FILE=$dir/ipam/wasm-ipam.log
+IPAM_CACHE_DIR=$dir/ipam/cache
+CONTAINERD_LOG=$dir/logs/containerd.log
+KUBELET_LOG=$dir/logs/kubelet.log
+ETCD_ENDPOINT=http://$host_ip:2379
+EOF
+  trap - EXIT
+  say "node $node_name Ready in $(elapsed); export KUBECONFIG=$dir/kubeconfig"
+}
+
+# --- down -------------------------------------------------------------------------
+
+# stop NAME: SIGTERM, then SIGKILL after 20 s, to the process `up` started as NAME.
+stop() {
+  running "$1" || return 0
+  local pid
+  pid=$(cat "$dir/pids/$1")
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 20))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Every process left in the node's cgroups (its pods) and every shim of its
+# containerd: killed, then waited for.
+kill_leftovers() {
+  local pids
+  pids=$( {
+    cat /sys/fs/cgroup/pids/"$cgroup_root"/cgroup.procs 2>/dev/null
+    find /sys/fs/cgroup/pids/"$cgroup_root" -mindepth 1 -name cgroup.procs -exec cat {} + 2>/dev/null
+    pgrep -f -- "-address $dir/containerd/containerd.sock" || true
+  } | sort -u)
+  [[ -z $pids ]] && return 0
+  kill -KILL $pids 2>/dev/null || true
+  local deadline=$((SECONDS + 20)) pid
+  for pid in $pids; do
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  done
+}
+
+unmount_under() {
+  local mounts
+  # Deepest first.
+  mounts=$(awk -v prefix="$1" '$5 == prefix || index($5, prefix "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+  local m
+  for m in $mounts; do umount -l "$m" 2>/dev/null || true; done
+}
+
+down_all() {
+  # kubelet first, so it restarts nothing; then the sandboxes through the runtime, so
+  # their networks are torn down by CNI DEL and the IPAM store ends clean; then the rest.
+  stop kubelet
+  if running containerd && [[ -n ${peers:-} || -f $dir/env ]]; then
+    local crictl=${peers:-$(sed -n 's/^PEERS=//p' "$dir/env")}/crictl
+    timeout 120 "$crictl" --runtime-endpoint "unix://$dir/containerd/containerd.sock" rmp -fa >/dev/null 2>&1 || true
+  fi
+  stop containerd
+  kill_leftovers
+  stop kube-apiserver
+  stop etcd
+  unmount_under "$dir"
+  local path
+  for path in "${fixed_paths[@]}"; do
+    grep -qx "$path" "$dir/fixed/existed" 2>/dev/null && continue
+    unmount_under "$path"
+    rm -rf "$path"
+  done
+  ip netns del "$netns" 2>/dev/null || true
+  ip link del "$host_veth" 2>/dev/null || true
+  local hierarchy
+  for hierarchy in /sys/fs/cgroup/*/; do
+    [[ -d $hierarchy$cgroup_root ]] || continue
+    find "$hierarchy$cgroup_root" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  local setting
+  for setting in "${kernel_settings[@]}"; do
+    [[ -f $dir/kernel/$setting ]] && cat "$dir/kernel/$setting" >"/proc/sys/$setting" 2>/dev/null || true
+  done
+  rm -rf "$dir/pids"
+}
+
+down() {
+  [[ -d $dir ]] || die "$dir does not exist"
+  peers=
+  down_all
+  local left=()
+  ip netns list | grep -qw "$netns" && left+=("network namespace $netns")
+  ip link show "$host_veth" >/dev/null 2>&1 && left+=("link $host_veth")
+  for hierarchy in /sys/fs/cgroup/*/; do
+    [[ -d $hierarchy$cgroup_root ]] && left+=("cgroup $hierarchy$cgroup_root")
+  done
+  grep -q " $dir" /proc/self/mountinfo && left+=("mounts under $dir")
+  ((${#left[@]} == 0)) || die "left behind: ${left[*]}"
+  say "down: every process stopped, nothing left but $dir"
+}
+
+case $action in
+up)
+  store=local
+  ipam=wasm-ipam
+  subnet=10.244.0.0/24
+  block_size=26
+  while (($#)); do
+    case $1 in
+    --store) store=${2:?}; shift 2 ;;
+    --subnet) subnet=${2:?}; shift 2 ;;
+    --ipam) ipam=${2:?}; shift 2 ;;
+    --block-size) block_size=${2:?}; shift 2 ;;
+    *) usage ;;
+    esac
+  done
+  [[ $store == local || $store == etcd ]] || usage
+  [[ $ipam == wasm-ipam || $ipam == host-local ]] || usage
+  up
+  ;;
+restart-runtime) restart_runtime "$@" ;;
+down) down ;;
+*) usage ;;
+esac

@@ -1,0 +1,332 @@
+//! The node the scenarios run on: `scripts/kube-node.sh up` once per store, the tools
+//! a user drives it with (kubectl, crictl, `wasm-ipam list`), and pods as manifests.
+
+#[path = "../../../shared/builds.rs"]
+mod builds;
+pub mod pods;
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("tests/kube sits two levels under the workspace")
+        .to_path_buf()
+}
+
+/// `wasm-ipam` and `wasm-ipam-compile` of this build (`<target>/<profile>/`), built
+/// when missing, as the CRI suite finds them.
+pub fn wasm_ipam_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("this test's own path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("a test binary lives in <target>/<profile>/deps");
+        for (file, package) in [
+            ("wasm-ipam", "wasm-ipam"),
+            ("wasm-ipam-compile", "wasm-ipam-compiler"),
+        ] {
+            if profile_dir.join(file).is_file() {
+                continue;
+            }
+            // One package a build: together, cargo would unify their wasmtime features.
+            let status = Command::new(env!("CARGO"))
+                .current_dir(workspace())
+                .args(["build", "-p", package])
+                .status()
+                .expect("run cargo to build wasm-ipam");
+            assert!(status.success(), "cargo build -p {package} failed");
+        }
+        profile_dir.join("wasm-ipam")
+    })
+}
+
+pub fn module(file: &str) -> PathBuf {
+    builds::modules_dir(&workspace()).join(file)
+}
+
+/// Which store the node's network keeps its addresses in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Store {
+    /// The embedded store and the host-local module, under bridge.
+    Local,
+    /// etcd (the cluster's own) and the cluster-pool module with /28 blocks, under ptp.
+    Etcd,
+}
+
+impl Store {
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Local => "local",
+            Store::Etcd => "etcd",
+        }
+    }
+}
+
+pub struct Node {
+    pub dir: tempfile::TempDir,
+    /// `DIR/env`, which `up` writes: the node's paths and names.
+    env: BTreeMap<String, String>,
+}
+
+impl Node {
+    /// Brings a node up; panics with the script's own words when it cannot.
+    pub fn up(store: Store) -> Node {
+        let dir = tempfile::Builder::new()
+            .prefix("wasm-ipam-kube-node")
+            .tempdir()
+            .expect("a temporary dir");
+        let module = match store {
+            Store::Local => module("host_local.wasm"),
+            Store::Etcd => module("cluster_pool.wasm"),
+        };
+        let started = Instant::now();
+        let mut script = Command::new(workspace().join("scripts/kube-node.sh"));
+        script
+            .arg("up")
+            .arg(dir.path())
+            .args(["--store", store.name()])
+            .env("WASM_IPAM_BIN", wasm_ipam_bin())
+            .env("WASM_IPAM_MODULE", &module);
+        match store {
+            // A /26 holds 61 addresses: the herd of 60 leaves one free, so a pool
+            // too small for the pods needs only a few more.
+            Store::Local => script.args(["--subnet", "10.244.0.0/26"]),
+            // Blocks small enough that the node needs several of them.
+            Store::Etcd => script.args(["--block-size", "28"]),
+        };
+        let up = script.output().expect("run scripts/kube-node.sh");
+        let node = Node {
+            env: read_env(&dir.path().join("env")),
+            dir,
+        };
+        if !up.status.success() {
+            let stderr = String::from_utf8_lossy(&up.stderr).into_owned();
+            // `up` took down what it started; the dir goes with `node`.
+            panic!("scripts/kube-node.sh up --store {}: {stderr}", store.name());
+        }
+        eprintln!(
+            "kube: node up on the {} store in {:.1} s",
+            store.name(),
+            started.elapsed().as_secs_f64()
+        );
+        node
+    }
+
+    /// What `up` wrote in DIR/env.
+    pub fn env(&self, key: &str) -> &str {
+        self.env
+            .get(key)
+            .unwrap_or_else(|| panic!("DIR/env has no {key}"))
+    }
+
+    pub fn peer(&self, command: &str) -> PathBuf {
+        Path::new(self.env("PEERS")).join(command)
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(self.peer("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.env("KUBECONFIG"))
+            .args(args)
+            .output()
+            .expect("run kubectl")
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("kubectl prints UTF-8")
+    }
+
+    pub fn kubectl_json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl_ok(&args)).expect("kubectl -o json prints JSON")
+    }
+
+    /// `kubectl apply -f -` of `manifest`.
+    pub fn apply(&self, manifest: &Value) {
+        let mut child = Command::new(self.peer("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.env("KUBECONFIG"))
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run kubectl apply");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(manifest.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn crictl_json(&self, args: &[&str]) -> Value {
+        let out = Command::new(self.peer("crictl"))
+            .args(["--runtime-endpoint", self.env("RUNTIME_ENDPOINT")])
+            .args(args)
+            .args(["-o", "json"])
+            .output()
+            .expect("run crictl");
+        assert!(
+            out.status.success(),
+            "crictl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("crictl -o json prints JSON")
+    }
+
+    /// The conflist `wasm-ipam install` wrote for the node.
+    pub fn conflist(&self) -> PathBuf {
+        Path::new(self.env("CNI_CONF_DIR")).join("00-wasm-ipam.conflist")
+    }
+
+    /// `wasm-ipam ARGS --netconf <the node's conflist>`, as an operator on the node runs it.
+    pub fn wasm_ipam(&self, args: &[&str]) -> Output {
+        Command::new(wasm_ipam_bin())
+            .args(args)
+            .arg("--netconf")
+            .arg(self.conflist())
+            .output()
+            .expect("run wasm-ipam")
+    }
+
+    /// `wasm-ipam list --json`: the network's allocations.
+    pub fn allocations(&self) -> Vec<Value> {
+        let out = self.wasm_ipam(&["list", "--json"]);
+        assert!(
+            out.status.success(),
+            "wasm-ipam list: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match serde_json::from_slice(&out.stdout).expect("list --json prints JSON") {
+            Value::Array(rows) => rows,
+            other => panic!("list --json printed {other}"),
+        }
+    }
+
+    /// The Node's Ready condition: its status and message.
+    pub fn ready(&self) -> (String, String) {
+        let node = self.kubectl_json(&["get", "node", self.env("NODE_NAME")]);
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap_or_default();
+        (
+            ready["status"].as_str().unwrap_or("").to_string(),
+            ready["message"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    /// `ping -c 1` to `ip` from the node's network namespace.
+    pub fn ping(&self, ip: &str) -> bool {
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.env("NODE_NETNS")))
+            .args(["ping", "-c", "1", "-W", "2", ip])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+
+    pub fn log(&self, key: &str) -> String {
+        std::fs::read_to_string(self.env(key)).unwrap_or_default()
+    }
+
+    /// containerd killed (SIGKILL, as a crash) and started again, as the node started
+    /// it; `wipe`: as a node reset, with its shims, pods and state gone too. Returns
+    /// when it answers.
+    pub fn restart_containerd(&self, wipe: bool) {
+        let restart = Command::new(workspace().join("scripts/kube-node.sh"))
+            .arg("restart-runtime")
+            .arg(self.dir.path())
+            .args(wipe.then_some("--wipe"))
+            .output()
+            .expect("run scripts/kube-node.sh restart-runtime");
+        assert!(
+            restart.status.success(),
+            "scripts/kube-node.sh restart-runtime: {}",
+            String::from_utf8_lossy(&restart.stderr)
+        );
+    }
+
+    /// Takes the node down (also on drop), failing if anything is left behind.
+    pub fn down(&mut self) {
+        if self.env.is_empty() {
+            return;
+        }
+        self.env.clear();
+        let down = Command::new(workspace().join("scripts/kube-node.sh"))
+            .arg("down")
+            .arg(self.dir.path())
+            .output()
+            .expect("run scripts/kube-node.sh down");
+        assert!(
+            down.status.success(),
+            "scripts/kube-node.sh down: {}",
+            String::from_utf8_lossy(&down.stderr)
+        );
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if !self.env.is_empty() {
+            self.env.clear();
+            let _ = Command::new(workspace().join("scripts/kube-node.sh"))
+                .arg("down")
+                .arg(self.dir.path())
+                .status();
+        }
+    }
+}
+
+fn read_env(path: &Path) -> BTreeMap<String, String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Polls `probe` until it gives a value; panics naming `what` if `limit` passes first.
+pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "waited {limit:?}, and never: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
