@@ -653,3 +653,103 @@ fn problems(install: &Install, missing: &[String]) -> Vec<String> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::cli::{Cli, Operation};
+    use clap::Parser;
+
+    fn install(line: &str) -> Install {
+        match Cli::try_parse_from(line.split_whitespace()).map(|cli| cli.command) {
+            Ok(Operation::Install(install)) => install,
+            Ok(_) => panic!("not install"),
+            Err(e) => panic!("{line}: {e}"),
+        }
+    }
+
+    fn versions() -> Chosen {
+        cni_versions::choose(&[
+            ("ptp".into(), vec!["1.0.0".into(), "1.1.0".into()]),
+            ("portmap".into(), vec!["1.0.0".into(), "1.1.0".into()]),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn a_cluster_network_under_ptp_carries_the_modules_keys_and_installs_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("cluster.json");
+        fs::write(
+            &keys,
+            r#"{"cidr": "10.244.0.0/16", "blockSize": 28, "store": {"type": "etcd", "endpoints": ["http://10.0.0.1:2379"]}}"#,
+        )
+        .unwrap();
+        let install = install(&format!(
+            "wasm-ipam install --module m.wasm --main-plugin ptp --ipam-config {}",
+            keys.display()
+        ));
+        assert_eq!(install.main_plugin.needed(), ["ptp", "portmap", "loopback"]);
+        let conflist = conflist(
+            &install,
+            Path::new("/opt/cni/wasm/m.wasm"),
+            None,
+            &versions(),
+        )
+        .unwrap();
+        let main = &conflist["plugins"][0];
+        assert_eq!(main["type"], "ptp");
+        assert_eq!(main["capabilities"][POD_ANNOTATIONS], true);
+        assert!(main.get("bridge").is_none(), "{main}");
+        let ipam = &main["ipam"];
+        assert_eq!(ipam["type"], "wasm-ipam");
+        assert_eq!(ipam["module"], "/opt/cni/wasm/m.wasm");
+        assert_eq!(ipam["blockSize"], 28);
+        assert_eq!(ipam["store"]["type"], "etcd");
+        assert!(ipam.get("ranges").is_none(), "no --subnet range: {ipam}");
+    }
+
+    #[test]
+    fn an_ipam_config_that_sets_what_install_writes_or_is_no_object_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, says) in [
+            (
+                r#"{"cidr": "10.0.0.0/16", "dataDir": "/x"}"#,
+                "sets ipam.dataDir, which install writes itself: use --data-dir",
+            ),
+            (r#"{"module": "/other.wasm"}"#, "use --module"),
+            ("[1, 2]", "must hold a JSON object"),
+            ("{", "is not valid JSON"),
+        ] {
+            let keys = dir.path().join("keys.json");
+            fs::write(&keys, text).unwrap();
+            let install = install(&format!(
+                "wasm-ipam install --module m.wasm --ipam-config {}",
+                keys.display()
+            ));
+            let err = module_keys(&install).expect_err(text);
+            assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{text}");
+            assert!(err.msg.contains(says), "{text}: {}", err.msg);
+        }
+        let missing = install("wasm-ipam install --module m.wasm --ipam-config /nonexistent.json");
+        assert!(
+            module_keys(&missing)
+                .unwrap_err()
+                .msg
+                .contains("cannot read --ipam-config")
+        );
+    }
+
+    #[test]
+    fn subnet_and_ipam_config_exclude_each_other_and_one_is_needed() {
+        for line in [
+            "wasm-ipam install --module m.wasm",
+            "wasm-ipam install --module m.wasm --subnet 10.0.0.0/24 --ipam-config k.json",
+        ] {
+            assert!(
+                Cli::try_parse_from(line.split_whitespace()).is_err(),
+                "{line}"
+            );
+        }
+    }
+}
