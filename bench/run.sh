@@ -49,6 +49,9 @@ guest-go/build.sh examples/static-go "$root/target/modules/go/static_go.wasm"
 if command -v componentize-py >/dev/null; then
     examples/static-py/build.sh "$root/target/modules/bench/static_py.wasm"
 fi
+# The real node's peers (scenario `kube-node`): kubelet, containerd 2 and the rest,
+# built from their Go modules into a cache, or taken from it.
+scripts/kube-peers.sh >/dev/null
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"
 
 WASM_IPAM_BENCH_REVISION="$revision" WASM_IPAM_BENCH_COMMAND="./bench/run.sh${*:+ $*}" exec "$bench_target/release/wasm-ipam-bench" all \

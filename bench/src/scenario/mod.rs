@@ -8,6 +8,7 @@ pub mod engines;
 pub mod etcd_churn;
 pub mod etcd_herd;
 pub mod herd;
+pub mod kube_node;
 pub mod languages;
 pub mod latency;
 pub mod ordering;
