@@ -32,6 +32,9 @@ cri_tools_version=v1.37.0
 # The image containerd runs as every sandbox (its default name, so nothing is pulled).
 pause_image=registry.k8s.io/pause:3.10.1
 
+# The project's pinned Go (scripts/go-toolchain.sh, which installs it when missing), so
+# the suite, the bench and a shell of one's own build the same peers into one entry.
+source scripts/go-toolchain.sh >&2
 go_version=$(GOTOOLCHAIN=local go env GOVERSION)
 key=$( { echo "$go_version"; cat "$0"; find "$pins" -type f | LC_ALL=C sort | xargs cat; } | sha256sum | cut -c1-16)
 cache_root=${WASM_IPAM_PEERS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/wasm-ipam/kube-peers}
