@@ -2,7 +2,10 @@
 # A one-node Kubernetes cluster of real processes on this machine, with wasm-ipam as
 # the node's IPAM, as kind or minikube would give one but without containers:
 #
-#   scripts/kube-node.sh up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local]
+#   scripts/kube-node.sh up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace]
+#       --replace: a node already running (another DIR's) is taken down first; without
+#       it `up` refuses one, naming its DIR. A node whose processes are all gone (its
+#       run or its machine stopped before `down`) is always reclaimed.
 #   scripts/kube-node.sh restart-runtime DIR [--wipe]
 #       containerd killed (as a crash) and started again; --wipe: as a node reset, its
 #       shims and pods killed too and its state and root removed before it starts
@@ -25,7 +28,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() {
-  echo "usage: $0 up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] | restart-runtime DIR [--wipe] | down DIR" >&2
+  echo "usage: $0 up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
   exit 2
 }
 (($# >= 2)) || usage
@@ -34,8 +37,10 @@ dir=$(realpath -m "$2")
 shift 2
 
 # The node's fixed names and addresses. One node at a time on a machine: `up` refuses
-# when the namespace already exists.
+# while another node is running, and reclaims one whose processes are all gone (a run
+# killed before its `down`), found by the DIR recorded in $owner_file.
 netns=wasm-ipam-node
+owner_file=/run/wasm-ipam-node.owner
 node_name=kube-node
 host_veth=wipam-node0
 host_ip=10.250.0.1
@@ -83,7 +88,15 @@ start() {
   echo $! >"$dir/pids/$name"
 }
 
-running() { [[ -f $dir/pids/$1 ]] && kill -0 "$(cat "$dir/pids/$1")" 2>/dev/null; }
+# alive PID: the process runs. A killed daemon's parent is init, which here may take a
+# second to reap it: a zombie is dead, though `kill -0` still finds it.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ ${stat##*) } != Z* ]]
+}
+
+running() { [[ -f $dir/pids/$1 ]] && alive "$(cat "$dir/pids/$1")"; }
 
 # fail_start NAME: the process died or never answered: its log's end says why.
 fail_start() {
@@ -278,7 +291,7 @@ restart_runtime() {
   local pid
   pid=$(cat "$dir/pids/containerd")
   kill -KILL "$pid"
-  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  while alive "$pid"; do sleep 0.1; done
   if [[ ${1:-} == --wipe ]]; then
     # What a node reset leaves: no shim, no sandbox, no runtime state, and no CNI DEL
     # for any of them.
@@ -331,9 +344,41 @@ EOF
   echo "nameserver $host_ip" >"$dir/kubelet/resolv.conf"
 }
 
+# alive_in OWNER_DIR: whether any process the node of OWNER_DIR started, or any
+# process in the node's network namespace, still runs.
+alive_in() {
+  local pidfile
+  for pidfile in "$1"/pids/*; do
+    [[ -f $pidfile ]] && alive "$(cat "$pidfile")" && return 0
+  done
+  [[ -n $(ip netns pids "$netns" 2>/dev/null) ]]
+}
+
+# reclaim_stale: a node whose processes are all gone (its run or its machine stopped
+# before `down`) is taken down here, so one killed run does not block every later one;
+# a live node is refused, naming its DIR, or with --replace taken down.
+reclaim_stale() {
+  [[ -e /run/netns/$netns || -f $owner_file ]] || return 0
+  local owner
+  owner=$(cat "$owner_file" 2>/dev/null || true)
+  if alive_in "${owner:-/nonexistent}"; then
+    ((replace)) ||
+      die "a node is already up (network namespace $netns${owner:+, DIR $owner}): scripts/kube-node.sh down ${owner:-its DIR} first, or up --replace"
+    say "replacing the running node of ${owner:-an unknown DIR} (--replace)"
+  else
+    say "reclaiming a node left behind by a run that ended without down (${owner:-DIR unknown})"
+  fi
+  (
+    dir=${owner:-$(mktemp -d)}
+    peers=
+    down_all
+  )
+}
+
 up() {
-  [[ -e /run/netns/$netns ]] && die "a node is already up (network namespace $netns): scripts/kube-node.sh down its DIR first"
-  [[ -e $dir/pids ]] && die "$dir holds a node already: scripts/kube-node.sh down $dir first"
+  [[ -e $dir/pids ]] && alive_in "$dir" && die "$dir holds a running node: scripts/kube-node.sh down $dir first"
+  reclaim_stale
+  [[ -e $dir/pids ]] && rm -rf "$dir/pids"
   command -v runc >/dev/null || {
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
@@ -342,6 +387,7 @@ up() {
   peers=$(scripts/kube-peers.sh)
   wasm_ipam
   mkdir -p "$dir"/{logs,pids,etcd,containerd,kubelet/pod-logs,fixed,kernel}
+  echo "$dir" >"$owner_file"
   # Which fixed paths and kernel settings were there before, for `down`.
   local path setting
   for path in "${fixed_paths[@]}"; do
@@ -430,24 +476,25 @@ stop() {
   pid=$(cat "$dir/pids/$1")
   kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
   local deadline=$((SECONDS + 20))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  while alive "$pid" && ((SECONDS < deadline)); do sleep 0.2; done
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
 }
 
-# Every process left in the node's cgroups (its pods) and every shim of its
-# containerd: killed, then waited for.
+# Every process left in the node's cgroups (its pods), every shim of its containerd
+# and anything else in the node's network namespace: killed, then waited for.
 kill_leftovers() {
   local pids
   pids=$( {
     cat /sys/fs/cgroup/pids/"$cgroup_root"/cgroup.procs 2>/dev/null
     find /sys/fs/cgroup/pids/"$cgroup_root" -mindepth 1 -name cgroup.procs -exec cat {} + 2>/dev/null
     pgrep -f -- "-address $dir/containerd/containerd.sock" || true
+    ip netns pids "$netns" 2>/dev/null || true
   } | sort -u)
   [[ -z $pids ]] && return 0
   kill -KILL $pids 2>/dev/null || true
   local deadline=$((SECONDS + 20)) pid
   for pid in $pids; do
-    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+    while alive "$pid" && ((SECONDS < deadline)); do sleep 0.1; done
   done
 }
 
@@ -473,8 +520,9 @@ down_all() {
   stop etcd
   unmount_under "$dir"
   local path
-  for path in "${fixed_paths[@]}"; do
-    grep -qx "$path" "$dir/fixed/existed" 2>/dev/null && continue
+  # Only what this node's `up` recorded as absent before it is removed.
+  [[ -f $dir/fixed/existed ]] && for path in "${fixed_paths[@]}"; do
+    grep -qx "$path" "$dir/fixed/existed" && continue
     unmount_under "$path"
     rm -rf "$path"
   done
@@ -490,6 +538,8 @@ down_all() {
     [[ -f $dir/kernel/$setting ]] && cat "$dir/kernel/$setting" >"/proc/sys/$setting" 2>/dev/null || true
   done
   rm -rf "$dir/pids"
+  [[ $(cat "$owner_file" 2>/dev/null) == "$dir" ]] && rm -f "$owner_file"
+  return 0
 }
 
 down() {
@@ -513,12 +563,14 @@ up)
   ipam=wasm-ipam
   subnet=10.244.0.0/24
   block_size=26
+  replace=0
   while (($#)); do
     case $1 in
     --store) store=${2:?}; shift 2 ;;
     --subnet) subnet=${2:?}; shift 2 ;;
     --ipam) ipam=${2:?}; shift 2 ;;
     --block-size) block_size=${2:?}; shift 2 ;;
+    --replace) replace=1; shift ;;
     *) usage ;;
     esac
   done

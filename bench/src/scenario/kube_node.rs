@@ -185,7 +185,7 @@ impl KubeNode {
         let out = Command::new(workspace().join("scripts/kube-node.sh"))
             .arg("up")
             .arg(&dir)
-            .args(["--store", "local", "--ipam", ipam.name()])
+            .args(["--store", "local", "--ipam", ipam.name(), "--replace"])
             .env("WASM_IPAM_BIN", &paths.wasm_ipam)
             .env("WASM_IPAM_MODULE", &paths.host_local_module)
             .output()?;

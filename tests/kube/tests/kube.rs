@@ -51,6 +51,11 @@ fn scenarios(store: Store) -> Vec<(&'static str, Scenario)> {
                 "containerd_restarted_mid_churn_then_gc_frees_the_leaked_and_nothing_in_use",
                 restart_and_gc,
             ),
+            // Last: it replaces the node.
+            (
+                "a_node_left_behind_is_refused_while_running_replaced_on_request_and_reclaimed_once_dead",
+                node_left_behind,
+            ),
         ],
         Store::Etcd => vec![
             (
@@ -510,4 +515,51 @@ fn restart_and_gc(node: &Node) {
         assert!(node.ping(ip), "{ip}, in use, answers no ping after gc");
     }
     pods::delete_all(node, "churn2", HERD_LIMIT);
+}
+
+/// One node at a time on a machine: a second `up` refuses a running node (naming its
+/// DIR) and leaves it running; `--replace` takes it down first; and a node whose
+/// processes all died (a machine stopped, a run killed with it) is reclaimed by the
+/// next `up` without being asked, so one killed run never blocks the runs after it.
+fn node_left_behind(node: &Node) {
+    let old_dir = node.dir.path().display().to_string();
+    let (refused, said) = Node::start(Store::Local, &[]);
+    assert!(
+        refused.is_err(),
+        "a second up beside a running node came up"
+    );
+    assert!(
+        said.contains(&format!("DIR {old_dir}")) && said.contains("--replace"),
+        "the refusal names neither the running node's DIR nor --replace: {said}"
+    );
+    assert_eq!(
+        node.ready().0,
+        "True",
+        "the refused up harmed the running node"
+    );
+
+    let (replacing, said) = Node::start(Store::Local, &["--replace"]);
+    let replacing = replacing.unwrap_or_else(|()| panic!("up --replace: {said}"));
+    assert!(
+        said.contains(&format!("replacing the running node of {old_dir}")),
+        "up --replace did not say what it replaced: {said}"
+    );
+    assert!(
+        !node.dir.path().join("pids").exists(),
+        "the replaced node's processes were not stopped"
+    );
+    assert_eq!(replacing.ready().0, "True");
+
+    replacing.kill_all();
+    let dead_dir = replacing.dir.path().display().to_string();
+    let (next, said) = Node::start(Store::Local, &[]);
+    let mut next = next.unwrap_or_else(|()| panic!("up after a node died without down: {said}"));
+    assert!(
+        said.contains(&format!(
+            "reclaiming a node left behind by a run that ended without down ({dead_dir})"
+        )),
+        "up did not say it reclaimed the dead node: {said}"
+    );
+    assert_eq!(next.ready().0, "True");
+    next.down();
 }

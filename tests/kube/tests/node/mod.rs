@@ -78,8 +78,18 @@ pub struct Node {
 }
 
 impl Node {
-    /// Brings a node up; panics with the script's own words when it cannot.
+    /// Brings a node up, replacing one a killed run left running; panics with the
+    /// script's own words when it cannot.
     pub fn up(store: Store) -> Node {
+        match Node::start(store, &["--replace"]) {
+            (Ok(node), _) => node,
+            (Err(()), said) => panic!("scripts/kube-node.sh up --store {}: {said}", store.name()),
+        }
+    }
+
+    /// `scripts/kube-node.sh up` with `flags`: the node when it came up, and what the
+    /// script said on stderr either way.
+    pub fn start(store: Store, flags: &[&str]) -> (Result<Node, ()>, String) {
         let dir = tempfile::Builder::new()
             .prefix("wasm-ipam-kube-node")
             .tempdir()
@@ -94,6 +104,7 @@ impl Node {
             .arg("up")
             .arg(dir.path())
             .args(["--store", store.name()])
+            .args(flags)
             .env("WASM_IPAM_BIN", wasm_ipam_bin())
             .env("WASM_IPAM_MODULE", &module);
         match store {
@@ -104,21 +115,69 @@ impl Node {
             Store::Etcd => script.args(["--block-size", "28"]),
         };
         let up = script.output().expect("run scripts/kube-node.sh");
+        let said = String::from_utf8_lossy(&up.stderr).into_owned();
         let node = Node {
             env: read_env(&dir.path().join("env")),
             dir,
         };
         if !up.status.success() {
-            let stderr = String::from_utf8_lossy(&up.stderr).into_owned();
             // `up` took down what it started; the dir goes with `node`.
-            panic!("scripts/kube-node.sh up --store {}: {stderr}", store.name());
+            return (Err(()), said);
         }
         eprintln!(
             "kube: node up on the {} store in {:.1} s",
             store.name(),
             started.elapsed().as_secs_f64()
         );
-        node
+        (Ok(node), said)
+    }
+
+    /// Every process of the node killed with SIGKILL, as when its machine stops or
+    /// its run is killed with it: the daemons `up` started, everything in the node's
+    /// network namespace (shims) and in its cgroups (pods). Returns when all are gone;
+    /// what they left (namespace, mounts, cgroups) stays.
+    pub fn kill_all(&self) {
+        let mut pids: Vec<String> = Vec::new();
+        for entry in std::fs::read_dir(self.dir.path().join("pids")).expect("DIR/pids") {
+            pids.push(std::fs::read_to_string(entry.unwrap().path()).unwrap());
+        }
+        let in_netns = Command::new("ip")
+            .args(["netns", "pids", self.env("NODE_NETNS")])
+            .output()
+            .expect("run ip netns pids");
+        pids.push(String::from_utf8_lossy(&in_netns.stdout).into_owned());
+        let cgroup = Path::new("/sys/fs/cgroup/pids/wasm-ipam-node");
+        let procs = Command::new("find")
+            .arg(cgroup)
+            .args(["-name", "cgroup.procs", "-exec", "cat", "{}", "+"])
+            .output()
+            .expect("run find");
+        pids.push(String::from_utf8_lossy(&procs.stdout).into_owned());
+        let pids: Vec<i32> = pids
+            .iter()
+            .flat_map(|text| text.split_whitespace())
+            .filter_map(|pid| pid.parse().ok())
+            .collect();
+        // Some may be gone already: kill's status says nothing here, the wait does.
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .args(pids.iter().map(|pid| pid.to_string()))
+            .status();
+        let alive = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                !stat
+                    .rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        wait_for(
+            "every process of the node gone",
+            Duration::from_secs(30),
+            || (!pids.iter().any(alive)).then_some(()),
+        );
     }
 
     /// What `up` wrote in DIR/env.
