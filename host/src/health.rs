@@ -79,7 +79,7 @@ const DIR: &str = "status";
 
 /// The record's file name: the network name with every byte outside
 /// `[A-Za-z0-9_-]` as `%XX`, so no name reaches outside the directory.
-fn file_name(network: &str) -> String {
+pub(crate) fn file_name(network: &str) -> String {
     let mut name = String::new();
     for b in network.bytes() {
         match b {

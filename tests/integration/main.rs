@@ -8,6 +8,7 @@ mod bad_input;
 #[path = "../shared/builds.rs"]
 mod builds;
 mod cache;
+mod call_log;
 mod cluster_guide;
 mod contract;
 mod crash;

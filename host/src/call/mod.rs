@@ -4,6 +4,7 @@
 //! lock ([`status`]).
 
 mod status;
+mod status_log;
 
 use crate::caller;
 use crate::cni::{self, Command, Invocation};

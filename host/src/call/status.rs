@@ -14,24 +14,50 @@
 //! change on the servers), and what the module reported degraded (a pool exhausted,
 //! which a DEL clears). `strictStatus` fails STATUS for those too.
 
+use super::status_log::{self, Seen, Severity};
 use crate::config::{HostIpamConfig, StoreConfig};
 use crate::error::{CniError, code};
 use crate::health::{self, Condition};
 use crate::{files, lock, pipeline, store};
 
 /// The answer to STATUS for `network` with `ipam`: `Ok` when the node can serve ADDs.
+/// Each condition is logged when it begins and when it ends ([`status_log`]).
 pub fn answer(network: &str, ipam: &HostIpamConfig) -> Result<(), CniError> {
-    own_faults(ipam).map_err(|e| not_available(network, &e))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let seen = |what: &str, condition: &Condition, severity, since: Option<u64>| Seen {
+        what: what.to_string(),
+        condition: condition.clone(),
+        severity,
+        since: since.unwrap_or(now),
+    };
+    if let Err(fault) = own_faults(ipam) {
+        let fault = not_available(network, &fault);
+        let fault_seen = seen(
+            "this node cannot serve ADDs",
+            &Condition::of(&fault),
+            Severity::Fault,
+            None,
+        );
+        status_log::log_changes(&ipam.data_dir, network, vec![fault_seen], now);
+        return Err(fault);
+    }
     let recorded = health::read(&ipam.data_dir, network);
     let mut conditions: Vec<(&str, &Condition)> = Vec::new();
+    let mut logged = Vec::new();
     if let Some((c, since)) = &recorded.store_unreachable {
-        tracing::warn!(target: "status", network, since, code = c.code, "STATUS: the cluster store was not reached by this node's last call: {}", c.msg);
-        conditions.push(("the cluster store was not reached by the last call", c));
+        let what = "the cluster store was not reached by the last call";
+        logged.push(seen(what, c, Severity::Warning, Some(*since)));
+        conditions.push((what, c));
     }
     for c in &recorded.degraded {
-        tracing::warn!(target: "status", network, since = recorded.degraded_since, code = c.code, "STATUS: the module reports: {}", c.msg);
-        conditions.push(("the module reports", c));
+        let what = "the module reports";
+        logged.push(seen(what, c, Severity::Warning, recorded.degraded_since));
+        conditions.push((what, c));
     }
+    status_log::log_changes(&ipam.data_dir, network, logged, now);
     match conditions.first() {
         Some((what, first)) if ipam.strict_status => Err(CniError::new(
             code::PLUGIN_NOT_AVAILABLE,

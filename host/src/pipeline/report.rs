@@ -6,6 +6,7 @@ use crate::error::CniError;
 use crate::pipeline::Network;
 use crate::store;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tracing::Level;
 
 /// What the log line names a run by: the CNI command (`ADD`) or the operator's
 /// (`list`), and the attachment it is for, if any.
@@ -88,38 +89,65 @@ pub(super) fn log(
         .unwrap_or_default();
     let guest = &report.guest;
     let etcd = guest.etcd.unwrap_or_default();
+    let level = level_of(error);
     let (outcome, error_code, error) = match error {
         None => ("ok", 0, String::new()),
         Some(e) if report.abandoned.is_some() => ("abandoned", e.code, e.to_string()),
         Some(e) => ("error", e.code, e.to_string()),
     };
-    tracing::info!(
-        target: "invocation",
-        command = %label.command,
-        container_id = %label.container_id,
-        ifname = %label.ifname,
-        network = %network.name,
-        lock_granted_unix_ms = granted,
-        load_ms = phase(|t| t.load),
-        lock_wait_ms = phase(|t| t.lock_wait),
-        lock_hold_ms = phase(|t| t.lock_hold),
-        store_open_ms = phase(|t| t.store_open),
-        budget_used_ms = phase(|t| t.budget_used),
-        commit_ms = phase(|t| t.commit),
-        sync_ms = phase(|t| t.sync),
-        budget_ms = ms(network.ipam.deadline),
-        total_ms = ms(started.elapsed()),
-        module_cached = report.from_cache,
-        abandoned_at = report.abandoned.unwrap_or_default(),
-        guest_log_dropped = guest.log_dropped,
-        store_retries = guest.retries,
-        commit_full = guest.full,
-        etcd_requests = etcd.requests,
-        etcd_conflicts = etcd.conflicts,
-        etcd_ms = ms(etcd.etcd_time),
-        etcd_rate_wait_ms = ms(etcd.rate_wait),
-        outcome,
-        error_code,
-        error = %error,
-    );
+    // One record, at the level its outcome deserves: `logLevel: warn` shows every
+    // failed run and nothing else; `error` only what someone must repair.
+    macro_rules! record {
+        ($level:expr) => {
+            tracing::event!(
+                target: "invocation",
+                $level,
+                command = %label.command,
+                container_id = %label.container_id,
+                ifname = %label.ifname,
+                network = %network.name,
+                lock_granted_unix_ms = granted,
+                load_ms = phase(|t| t.load),
+                lock_wait_ms = phase(|t| t.lock_wait),
+                lock_hold_ms = phase(|t| t.lock_hold),
+                store_open_ms = phase(|t| t.store_open),
+                budget_used_ms = phase(|t| t.budget_used),
+                commit_ms = phase(|t| t.commit),
+                sync_ms = phase(|t| t.sync),
+                budget_ms = ms(network.ipam.deadline),
+                total_ms = ms(started.elapsed()),
+                module_cached = report.from_cache,
+                abandoned_at = report.abandoned.unwrap_or_default(),
+                guest_log_dropped = guest.log_dropped,
+                store_retries = guest.retries,
+                commit_full = guest.full,
+                etcd_requests = etcd.requests,
+                etcd_conflicts = etcd.conflicts,
+                etcd_ms = ms(etcd.etcd_time),
+                etcd_rate_wait_ms = ms(etcd.rate_wait),
+                outcome,
+                error_code,
+                error = %error,
+            )
+        };
+    }
+    match level {
+        Level::ERROR => record!(Level::ERROR),
+        Level::WARN => record!(Level::WARN),
+        _ => record!(Level::INFO),
+    }
+}
+
+/// The level of a run's record: INFO when it succeeded; ERROR for a fault of the store
+/// or the sandbox (I/O, and the host's own codes: the module rejected, trapped, past
+/// its deadline or limits, the store failing), which no retry of the same call gets
+/// past; WARN for any other failure (the request, the pool, a busy cluster store, a
+/// caller gone), which the runtime's next call or the operator's next ADD may not meet.
+pub(super) fn level_of(error: Option<&CniError>) -> Level {
+    match error.map(|e| e.code) {
+        None => Level::INFO,
+        Some(code) if code == crate::error::code::IO_FAILURE => Level::ERROR,
+        Some(code) if crate::error::code::HOST_RESERVED.contains(&code) => Level::ERROR,
+        Some(_) => Level::WARN,
+    }
 }
