@@ -498,10 +498,6 @@ impl HostIpamConfig {
                 }
             })
             .transpose()?;
-        // The runtime's working directory is nobody's choice: a relative (or empty)
-        // path would put the lock, the store or the cache wherever that happens to be,
-        // and run whichever module lies there (containerd and CRI-O run from /, podman
-        // from its user's directory).
         for (key, path) in [
             ("module", &Some(module.clone())),
             ("lockFile", &raw.lock_file),
@@ -510,12 +506,8 @@ impl HostIpamConfig {
             ("logFile", &raw.log_file),
             ("trustPolicy", &raw.trust_policy),
         ] {
-            if let Some(path) = path
-                && !path.is_absolute()
-            {
-                return Err(CniError::config(format!(
-                    "ipam.{key} must be an absolute path, not {path:?}"
-                )));
+            if let Some(path) = path {
+                absolute_path(key, path)?;
             }
         }
         Ok(HostIpamConfig {
@@ -537,6 +529,20 @@ impl HostIpamConfig {
             store,
             strict_status: raw.strict_status.unwrap_or(false),
         })
+    }
+}
+
+/// `ipam.{key}`'s `path` must be absolute: the runtime's working directory is nobody's
+/// choice, so a relative (or empty) path would put the lock, the store or the cache
+/// wherever that happens to be, and run whichever module lies there (containerd and
+/// CRI-O run from /, podman from its user's directory). `install` asks it of the
+/// paths it writes into a conflist.
+pub fn absolute_path(key: &str, path: &std::path::Path) -> Result<(), CniError> {
+    match path.is_absolute() {
+        true => Ok(()),
+        false => Err(CniError::config(format!(
+            "ipam.{key} must be an absolute path, not {path:?}"
+        ))),
     }
 }
 
