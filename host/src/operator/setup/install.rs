@@ -14,8 +14,11 @@
 //! 6. with `--gc-timer`, a systemd timer running `wasm-ipam gc` every few minutes, since
 //!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md).
 //!
-//! Every step is idempotent (a file already as wanted is left alone, and each write
-//! replaces the old file atomically), says what it did, and `--dry-run` only says.
+//! Before any step writes, the conflist is checked as the calls will read it (its
+//! paths, the host's keys, an ADD and a DEL through it on a private store), so an
+//! install that exits 0 never leaves a conflist every ADD refuses. Every step is
+//! idempotent (a file already as wanted is left alone, and each write replaces the
+//! old file atomically), says what it did, and `--dry-run` only says.
 
 use crate::config::DEFAULT_CACHE_DIR;
 use crate::error::{CniError, code};
