@@ -20,7 +20,7 @@
 //! idempotent (a file already as wanted is left alone, and each write replaces the
 //! old file atomically), says what it did, and `--dry-run` only says.
 
-use crate::config::DEFAULT_CACHE_DIR;
+use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
@@ -109,7 +109,7 @@ pub struct Install {
     /// The runtime's CNI bin dir (containerd's and CRI-O's default).
     #[arg(long, default_value = "/opt/cni/bin")]
     pub bin_dir: PathBuf,
-    #[arg(long, default_value = "/opt/cni/wasm")]
+    #[arg(long, default_value = crate::operator::modules::oci::pull::DEFAULT_MODULE_DIR)]
     pub module_dir: PathBuf,
     /// The runtime's CNI conf dir.
     #[arg(long, default_value = "/etc/cni/net.d")]
@@ -122,11 +122,9 @@ pub struct Install {
     /// Where to find the main plugins to link (Debian puts them in /usr/lib/cni).
     #[arg(long = "plugin-dir", default_values = ["/usr/lib/cni", "/usr/libexec/cni"])]
     pub plugin_dirs: Vec<PathBuf>,
-    /// The conflist's `ipam.dataDir` (default: the host's).
-    #[arg(long)]
+    #[arg(long, help = unwritten("ipam.dataDir", DEFAULT_DATA_DIR))]
     pub data_dir: Option<PathBuf>,
-    /// The conflist's `ipam.lockFile` (default: the host's).
-    #[arg(long)]
+    #[arg(long, help = unwritten("ipam.lockFile", DEFAULT_LOCK_FILE))]
     pub lock_file: Option<PathBuf>,
     /// The conflist's `ipam.logFile` (default: none).
     #[arg(long)]
@@ -143,6 +141,12 @@ pub struct Install {
     /// Say what would be done, and do nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// A `--help` line for a flag written into the conflist only when given: the default
+/// shown is the constant a call uses without it.
+fn unwritten(key: &str, default: &str) -> String {
+    format!("The conflist's `{key}` [default: not written, so calls use {default}]")
 }
 
 /// How often the timer runs `gc`: leaks wait at least the grace period (15 minutes)
