@@ -771,6 +771,39 @@ mod tests {
         );
     }
 
+    /// Every example netconf is one a call takes, and bounds a call as docs/install.md
+    /// says a node's must: the lock wait plus the deadline inside kubelet's 2-minute
+    /// runtime request timeout, so a call that cannot finish answers while kubelet
+    /// still listens.
+    #[test]
+    fn every_example_netconf_parses_and_fits_kubelets_timeout() {
+        const KUBELET_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/netconf");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let conf = NetConf::parse(&std::fs::read(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let lock_wait = conf.ipam.lock_timeout.unwrap_or_else(|| {
+                panic!(
+                    "{}: no lockTimeoutSeconds: a call may wait forever",
+                    path.display()
+                )
+            });
+            assert!(
+                lock_wait + conf.ipam.deadline < KUBELET_RUNTIME_REQUEST_TIMEOUT,
+                "{}: lockTimeoutSeconds + deadlineSeconds = {:?}",
+                path.display(),
+                lock_wait + conf.ipam.deadline
+            );
+            read += 1;
+        }
+        assert!(read > 0, "no example in {}", dir.display());
+    }
+
     #[test]
     fn missing_module_is_config_error() {
         let err =
