@@ -518,13 +518,13 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
 }
 
 /// Each path install writes into the conflist, with the flag that gave it, must be
-/// one every call accepts (absolute: [`crate::config::absolute_path`]). A relative
-/// one is refused with the absolute path it would mean rather than made absolute:
-/// the conflist is read by another process in another working directory, which is
-/// why kubelet's and containerd's own configuration files take absolute paths, and
-/// install often runs in a DaemonSet's init container, whose working directory and
-/// mounts are the container's, not the node's, so a guess could name a path the
-/// node does not have.
+/// one every call accepts (absolute: [`crate::config::absolute_path`]), since the
+/// runtime reads the conflist in a working directory of its own. `kubectl config
+/// set-cluster --certificate-authority` makes such a path absolute against its own
+/// working directory; install refuses it instead, naming the absolute path it would
+/// mean: it often runs in a DaemonSet's init container, whose working directory and
+/// mounts are the container's, not the node's, so a path made absolute there could
+/// name a directory the node does not have, and the refusal costs one retyped flag.
 fn check_paths(install: &Install) -> Result<(), CniError> {
     // The conflist names the module in --module-dir.
     let module = install
