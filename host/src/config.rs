@@ -498,10 +498,6 @@ impl HostIpamConfig {
                 }
             })
             .transpose()?;
-        // The runtime's working directory is nobody's choice: a relative (or empty)
-        // path would put the lock, the store or the cache wherever that happens to be,
-        // and run whichever module lies there (containerd and CRI-O run from /, podman
-        // from its user's directory).
         for (key, path) in [
             ("module", &Some(module.clone())),
             ("lockFile", &raw.lock_file),
@@ -510,12 +506,8 @@ impl HostIpamConfig {
             ("logFile", &raw.log_file),
             ("trustPolicy", &raw.trust_policy),
         ] {
-            if let Some(path) = path
-                && !path.is_absolute()
-            {
-                return Err(CniError::config(format!(
-                    "ipam.{key} must be an absolute path, not {path:?}"
-                )));
+            if let Some(path) = path {
+                absolute_path(key, path)?;
             }
         }
         Ok(HostIpamConfig {
@@ -537,6 +529,20 @@ impl HostIpamConfig {
             store,
             strict_status: raw.strict_status.unwrap_or(false),
         })
+    }
+}
+
+/// `ipam.{key}`'s `path` must be absolute: the runtime's working directory is nobody's
+/// choice, so a relative (or empty) path would put the lock, the store or the cache
+/// wherever that happens to be, and run whichever module lies there (containerd and
+/// CRI-O run from /, podman from its user's directory). `install` asks it of the
+/// paths it writes into a conflist.
+pub fn absolute_path(key: &str, path: &std::path::Path) -> Result<(), CniError> {
+    match path.is_absolute() {
+        true => Ok(()),
+        false => Err(CniError::config(format!(
+            "ipam.{key} must be an absolute path, not {path:?}"
+        ))),
     }
 }
 
@@ -763,6 +769,39 @@ mod tests {
                 kept: 5
             }
         );
+    }
+
+    /// Every example netconf is one a call takes, and bounds a call as docs/install.md
+    /// says a node's must: the lock wait plus the deadline inside kubelet's 2-minute
+    /// runtime request timeout, so a call that cannot finish answers while kubelet
+    /// still listens.
+    #[test]
+    fn every_example_netconf_parses_and_fits_kubelets_timeout() {
+        const KUBELET_RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/netconf");
+        let mut read = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let conf = NetConf::parse(&std::fs::read(&path).unwrap())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let lock_wait = conf.ipam.lock_timeout.unwrap_or_else(|| {
+                panic!(
+                    "{}: no lockTimeoutSeconds: a call may wait forever",
+                    path.display()
+                )
+            });
+            assert!(
+                lock_wait + conf.ipam.deadline < KUBELET_RUNTIME_REQUEST_TIMEOUT,
+                "{}: lockTimeoutSeconds + deadlineSeconds = {:?}",
+                path.display(),
+                lock_wait + conf.ipam.deadline
+            );
+            read += 1;
+        }
+        assert!(read > 0, "no example in {}", dir.display());
     }
 
     #[test]

@@ -1152,3 +1152,48 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         "{stderr}"
     );
 }
+
+/// The etcd requests a call makes, read from each call's log line (`etcd_requests`):
+/// the figures docs/cluster.md gives, which it must state as measured here.
+#[test]
+fn a_calls_etcd_requests_are_what_cluster_md_says() {
+    let etcd = Etcd::start(1);
+    let node = Node::new();
+    let ipam = json!({"cidr": "10.90.0.0/16", "blockSize": 26, "stickySeconds": 600});
+    let conf = node_conf(
+        &node,
+        "node-a",
+        &cluster_pool_module(),
+        &etcd.store("/q/"),
+        ipam,
+    );
+    let requests = |command: &str, id: &str, pod: &str| -> u64 {
+        let args = format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME={pod}");
+        Call::new(command, id)
+            .env("CNI_ARGS", args)
+            .run(&conf)
+            .assert_ok();
+        let line = last_call(&node);
+        assert_eq!(line["etcd_conflicts"], 0, "{line}");
+        line["etcd_requests"].as_u64().unwrap()
+    };
+    let first = requests("ADD", "c0", "web-x0");
+    let next: Vec<u64> = (1..4)
+        .map(|i| requests("ADD", &format!("c{i}"), &format!("web-x{i}")))
+        .collect();
+    assert!(next.iter().all(|n| *n == next[0]), "{next:?}");
+    let del = requests("DEL", "c1", "web-x1");
+    // A StatefulSet's pod (its name ends in its ordinal) is sticky: its DEL keeps
+    // its address for it in a `sticky/` record.
+    requests("ADD", "s0", "db-0");
+    let sticky_del = requests("DEL", "s0", "db-0");
+    let doc = std::fs::read_to_string(workspace().join("docs/cluster.md")).unwrap();
+    let says = format!(
+        "an ADD into a block the node holds makes {}, the node's first ADD, which claims a block, {first}; a DEL {del}, a sticky pod's DEL {sticky_del}",
+        next[0]
+    );
+    assert!(
+        doc.replace('\n', " ").contains(&says),
+        "docs/cluster.md must say: {says}"
+    );
+}

@@ -261,6 +261,25 @@ fn a_thousand_expired_sticky_holds_and_fifty_idle_blocks_fail_no_call_and_drain_
         .collect();
     assert!(failed.is_empty(), "{failed:?}");
     eprintln!("the backlog drained over {dels} DELs");
+    // docs/cluster.md: a DEL draining a backlog makes at most about 16 + 2 ×
+    // maxTxnOps requests (the blocks it peeks at, and per hold it sweeps, its pod's
+    // record and its other family's block).
+    let calls = node.log_lines("invocation");
+    // With dual stack, two pools and warnPercent, "an ADD makes about 17".
+    for add in calls.iter().filter(|l| l["command"] == "ADD") {
+        let made = add["etcd_requests"].as_u64().unwrap();
+        assert!((16..=18).contains(&made), "{add}");
+    }
+    let most = calls
+        .iter()
+        .filter(|l| l["command"] == "DEL")
+        .map(|l| l["etcd_requests"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        most > MAX_TXN_OPS && most <= 16 + 2 * MAX_TXN_OPS,
+        "the busiest DEL made {most} requests"
+    );
 }
 
 /// Spawns `make`'s process, waits until `node`'s log has `first` invocation lines of

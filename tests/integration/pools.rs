@@ -325,7 +325,7 @@ fn in_reserved(address: &str) -> bool {
 }
 
 /// A /25 in /28 blocks (13 usable each, 104 in all), at most two blocks a node so
-/// nodes also borrow, warning past 40% in use (42 addresses).
+/// nodes also borrow, warning at 40% in use (42 addresses).
 fn churned() -> Value {
     json!({"cidr": "10.84.0.0/25", "blockSize": 28, "maxBlocksPerNode": 2, "warnPercent": 40,
            "deadlineSeconds": 120, "lockTimeoutSeconds": 600})
@@ -485,7 +485,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         "{table}"
     );
 
-    // Past 40% (42 of 104; 62 at the end) the pool warned: once per crossing.
+    // At 40% (42 of 104; 62 at the end) the pool warned: once per crossing.
     let lines: Vec<String> = nodes
         .iter()
         .flat_map(|n| n.log_lines("guest"))
@@ -495,7 +495,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         .collect();
     let past = lines
         .iter()
-        .filter(|m| m.contains("past its warnPercent 40"))
+        .filter(|m| m.contains("reached its warnPercent 40"))
         .count();
     let under = lines
         .iter()

@@ -133,7 +133,12 @@ fn sign(secret: &Path, file: &Path, to: Option<&Path>) {
 /// The minimal module with a custom section `tag` (and `padding` more bytes), so each
 /// test's module has a digest of its own; still a valid component.
 fn unique_module(dir: &Path, tag: &str, padding: usize) -> PathBuf {
-    let mut bytes = std::fs::read(minimal_module()).unwrap();
+    unique_module_of(&minimal_module(), dir, tag, padding)
+}
+
+/// [`unique_module`] of the module `base`.
+fn unique_module_of(base: &Path, dir: &Path, tag: &str, padding: usize) -> PathBuf {
+    let mut bytes = std::fs::read(base).unwrap();
     let leb = |mut n: usize, out: &mut Vec<u8>| loop {
         let byte = (n & 0x7f) as u8;
         n >>= 7;
@@ -691,7 +696,8 @@ fn install_pulls_a_module_from_a_registry_and_pins_it() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path();
     let (key, public, id) = keypair(dir, "vendor");
-    let module = unique_module(dir, "installed", 0);
+    // host-local's keys are what --subnet writes.
+    let module = unique_module_of(&host_local_module(), dir, "installed", 0);
     sign(&key, &module, None);
     push(
         &module,
@@ -716,8 +722,13 @@ fn install_pulls_a_module_from_a_registry_and_pins_it() {
         path("net.d"),
         "--cache-dir".into(),
         path("cache"),
+        "--data-dir".into(),
+        path("data"),
+        "--lock-file".into(),
+        path("ipam.lock"),
     ]);
     assert!(out.contains(&format!("signed by key {id}")), "{out}");
+    assert!(out.contains("checked an ADD and a DEL"), "{out}");
     let sha = sha256_hex(&module);
     let installed = dir.join("wasm").join(format!("installed-{sha}.wasm"));
     assert!(
@@ -735,6 +746,16 @@ fn install_pulls_a_module_from_a_registry_and_pins_it() {
     assert_eq!(ipam["module"], json!(installed));
     assert_eq!(ipam["moduleSha256"], json!(sha));
     assert_eq!(ipam["trustPolicy"], json!(strict));
+    // The runtime's view: an ADD and a DEL through the conflist pass.
+    let mut plugin = conflist["plugins"][0].clone();
+    plugin["name"] = conflist["name"].clone();
+    plugin["cniVersion"] = conflist["cniVersion"].clone();
+    let wasm_ipam = dir.join("bin/wasm-ipam");
+    let added = Call::new("ADD", "pod1").run_plugin(&wasm_ipam, &plugin);
+    assert_eq!(added.address(), "10.78.0.2/24");
+    Call::new("DEL", "pod1")
+        .run_plugin(&wasm_ipam, &plugin)
+        .assert_ok();
 }
 
 #[test]
@@ -760,7 +781,12 @@ fn the_supply_chain_guide_runs_as_written() {
     }
     let home = dir.join("home");
     std::fs::create_dir(&home).unwrap();
-    std::fs::copy(unique_module(dir, "guide", 0), home.join("my_ipam.wasm")).unwrap();
+    // The guide installs it with --subnet: a module of host-local's keys.
+    std::fs::copy(
+        unique_module_of(&host_local_module(), dir, "guide", 0),
+        home.join("my_ipam.wasm"),
+    )
+    .unwrap();
     let path = format!(
         "{}:{}",
         bin().parent().unwrap().display(),

@@ -21,7 +21,7 @@
 //!   claiming their block if nobody has it, or borrowing from the node that has it.
 //! - Reservations (`wasm-ipam reserve`, the `reservations` export) keep addresses out
 //!   of every ADD's hands; `usage` tells `stats` each pool's and block's use, reserved
-//!   and borrowed addresses; a call past a pool's `warnPercent` logs one warning.
+//!   and borrowed addresses; a call that brings a range to its pool's `warnPercent` logs one warning.
 //! - Sticky addresses (a pool's `stickySeconds` > 0): a sticky pod keeps its
 //!   addresses for that long after its DEL, and gets them back on its next ADD on any
 //!   node; nobody else gets them meanwhile. Which pods are sticky: the pod annotation

@@ -982,6 +982,36 @@ fn each_node_publishes_its_use_and_the_call_past_warn_percent_records_it_once() 
 }
 
 #[test]
+fn the_call_that_brings_a_range_to_its_warn_percent_says_it_reached_it() {
+    // Two blocks of 13: 26 addresses, and 50% of them is 13.
+    let unwatched = config(json!({"cidr": "10.244.0.0/27"}));
+    let watched = config(json!({"cidr": "10.244.0.0/27", "warnPercent": 50}));
+    let conf = Conf::of(&call(Command::Add, "a", "x", 1, &watched)).unwrap();
+    let range: IpNet = "10.244.0.0/27".parse().unwrap();
+    let mut store = MemoryStore::default();
+    for i in 0..12 {
+        add(&mut store, "a", &format!("p{i}"), 1, &unwatched);
+    }
+    // What the 12th and the 13th ADD of the watched network log.
+    assert_eq!(
+        usage::account(&mut store, &conf, "a", &[range]).unwrap(),
+        Vec::<String>::new()
+    );
+    add(&mut store, "a", "p12", 1, &unwatched);
+    assert_eq!(
+        usage::account(&mut store, &conf, "a", &[range]).unwrap(),
+        ["pool default 10.244.0.0/27: 13 of 26 addresses in use (50%), reached its warnPercent 50"]
+    );
+    del(&mut store, "a", "p12", 2, &unwatched);
+    assert_eq!(
+        usage::account(&mut store, &conf, "a", &[range]).unwrap(),
+        [
+            "pool default 10.244.0.0/27: 12 of 26 addresses in use (46%), back under its warnPercent 50"
+        ]
+    );
+}
+
+#[test]
 fn blocks_wholly_reserved_are_skipped_even_when_they_are_most_of_a_wide_range() {
     // A /48 of /122 blocks: 2^74 of them; all but the last /64 reserved.
     let conf = config(json!({"cidr": "fd80::/48", "blockSizeV6": 122}));

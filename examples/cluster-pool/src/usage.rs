@@ -1,5 +1,5 @@
 //! A pool's use: the rows of `wasm-ipam stats` (`usage` export), and the warning a
-//! call logs when it takes a range past its pool's `warnPercent`.
+//! call logs when it brings a range to its pool's `warnPercent`.
 //!
 //! The warning needs the range's addresses in use cluster-wide at every call, which
 //! no node's own keys say. Each node publishes its own count, `use/<range>/<node>`,
@@ -42,7 +42,8 @@ pub fn row_name(pool: &NamedPool, range: &Range) -> String {
 
 /// After a call changed `node`'s attachments in `ranges`: publishes the node's count
 /// for each range whose pool has `warnPercent`, and answers the lines to log for
-/// those it took past the threshold (or back under it).
+/// those it brought to the threshold (or back under it). Reaching it counts, not only
+/// passing it: `warnPercent` 100 then warns when the range is full.
 pub fn account(
     store: &mut impl Store,
     conf: &Conf,
@@ -90,16 +91,16 @@ pub fn account(
         }
         let in_use = u128::from(others.saturating_add(own));
         let capacity = capacity(range);
-        let past = in_use * 100 >= capacity.saturating_mul(u128::from(percent));
+        let reached = in_use * 100 >= capacity.saturating_mul(u128::from(percent));
         let warned = store.get(&warn_key(range)).is_some();
         let name = row_name(pool, range);
         let share = in_use * 100 / capacity.max(1);
-        if past && !warned {
+        if reached && !warned {
             store.put(&warn_key(range), b"")?;
             lines.push(format!(
-                "{name}: {in_use} of {capacity} addresses in use ({share}%), past its warnPercent {percent}"
+                "{name}: {in_use} of {capacity} addresses in use ({share}%), reached its warnPercent {percent}"
             ));
-        } else if !past && warned {
+        } else if !reached && warned {
             store.delete(&warn_key(range))?;
             lines.push(format!(
                 "{name}: {in_use} of {capacity} addresses in use ({share}%), back under its warnPercent {percent}"

@@ -19,17 +19,20 @@ pub const LOCK_TIMEOUT_SECONDS: f64 = 30.0;
 /// defaults.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct StoreArgs {
-    /// The store's directory [default: with --netconf, its `ipam.dataDir`; else
-    /// /var/lib/wasm-ipam]
-    #[arg(long)]
+    // The defaults shown are the constants a call uses ([`StoreArgs::place_for`]).
+    #[arg(long, help = netconf_else("The store's directory", "ipam.dataDir", DEFAULT_DATA_DIR))]
     pub data_dir: Option<PathBuf>,
-    /// The host-wide lock [default: with --netconf, its `ipam.lockFile`; else
-    /// /run/wasm-ipam.lock]
-    #[arg(long)]
+    #[arg(long, help = netconf_else("The host-wide lock", "ipam.lockFile", DEFAULT_LOCK_FILE))]
     pub lock_file: Option<PathBuf>,
     /// Give up if the lock is not granted within this many seconds.
     #[arg(long, default_value_t = LOCK_TIMEOUT_SECONDS)]
     pub lock_timeout: f64,
+}
+
+/// A `--help` line for a flag whose default is a netconf's key, else `default`: clap's
+/// own `[default: …]` would make the flag always set, hiding the netconf's.
+fn netconf_else(what: &str, key: &str, default: &str) -> String {
+    format!("{what} [default: with --netconf, its `{key}`; else {default}]")
 }
 
 impl StoreArgs {
@@ -167,5 +170,52 @@ impl Output {
         let mut text = serde_json::to_string_pretty(value).expect("serialisable");
         text.push('\n');
         Output::with_notes(text, notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::cli::Cli;
+    use clap::CommandFactory;
+
+    /// Every command that takes the store and lock: its `--help` shows the defaults
+    /// the code uses, from their constants.
+    #[test]
+    fn help_shows_the_defaults_the_code_uses() {
+        let mut cli = Cli::command();
+        let mut shown = 0;
+        let mut commands: Vec<clap::Command> =
+            cli.get_subcommands_mut().map(|c| c.clone()).collect();
+        while let Some(mut command) = commands.pop() {
+            commands.extend(command.get_subcommands().cloned());
+            if !command
+                .get_arguments()
+                .any(|a| a.get_long() == Some("lock-file"))
+            {
+                continue;
+            }
+            let help = command.render_help().to_string();
+            for default in [DEFAULT_LOCK_FILE, DEFAULT_DATA_DIR] {
+                assert!(
+                    help.contains(&format!("else {default}]"))
+                        || help.contains(&format!("use {default}]"))
+                        || help.contains(&format!("[default: {default}]")),
+                    "{}: {help}",
+                    command.get_name()
+                );
+            }
+            shown += 1;
+        }
+        assert!(shown >= 5, "only {shown} commands take --lock-file");
+        let place = StoreArgs {
+            data_dir: None,
+            lock_file: None,
+            lock_timeout: LOCK_TIMEOUT_SECONDS,
+        }
+        .place()
+        .unwrap();
+        assert_eq!(place.lock_file, Path::new(DEFAULT_LOCK_FILE));
+        assert_eq!(place.data_dir, Path::new(DEFAULT_DATA_DIR));
     }
 }

@@ -22,10 +22,28 @@ use clap::{Parser, Subcommand};
 /// As a CNI plugin it is run by a container runtime with CNI_COMMAND set; the
 /// subcommands below are for operators.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(version, long_version = long_version())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Operation,
+}
+
+/// `--version`: the package's version (Cargo's), and what this binary runs: the module
+/// contracts (docs/wit-versions.md) and the CNI versions, which say more about a
+/// node's binary than its release number does.
+fn long_version() -> &'static str {
+    use crate::module::contract::Contract;
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "{}\nmodules: {} and {} to {}\nCNI versions: {}",
+            env!("CARGO_PKG_VERSION"),
+            Contract::V0_1.name(),
+            Contract::V0_2 { patch: 0 }.name(),
+            Contract::CURRENT.name(),
+            crate::cni::SUPPORTED_VERSIONS.join(", ")
+        )
+    })
 }
 
 /// Every operator command, by what the operator is doing: looking at the state,
@@ -88,6 +106,36 @@ mod tests {
     fn refused(line: &str) -> (ErrorKind, String) {
         let err = parse(line).expect_err(line);
         (err.kind(), err.to_string())
+    }
+
+    #[test]
+    fn version_is_cargos_with_the_contracts_and_cni_versions_it_runs() {
+        let text = Cli::command().render_long_version();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some(format!("wasm-ipam {}", env!("CARGO_PKG_VERSION")).as_str())
+        );
+        assert_eq!(
+            lines.next(),
+            Some(
+                format!(
+                    "modules: cni:ipam@0.1.0 and cni:ipam@0.2.0 to {}",
+                    crate::module::contract::Contract::CURRENT.name()
+                )
+                .as_str()
+            )
+        );
+        assert_eq!(
+            lines.next(),
+            Some(
+                format!(
+                    "CNI versions: {}",
+                    crate::cni::SUPPORTED_VERSIONS.join(", ")
+                )
+                .as_str()
+            )
+        );
     }
 
     #[test]

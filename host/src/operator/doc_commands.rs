@@ -80,7 +80,11 @@ mod tests {
             rest = after;
         }
         if command.has_subcommands() && command.get_name() == "wasm-ipam" {
-            return Err("no command".into());
+            // `wasm-ipam --version` and `--help` need none.
+            return match words[..] {
+                ["--version" | "--help"] => Ok(()),
+                _ => Err("no command".into()),
+            };
         }
         for word in words {
             let Some(flag) = word.trim_start_matches('[').strip_prefix("--") else {
@@ -125,6 +129,8 @@ mod tests {
         assert_eq!(check("wasm-ipam list --json --network n"), Ok(()));
         assert_eq!(check("wasm-ipam store backup --to f"), Ok(()));
         assert_eq!(check("wasm-ipam COMMAND --help"), Ok(()));
+        assert_eq!(check("wasm-ipam --version"), Ok(()));
+        assert!(check("wasm-ipam --verbose").is_err());
         assert_eq!(
             check("wasm-ipam list [--network NAME] [--json] | head"),
             Ok(())

@@ -129,7 +129,7 @@ impl SqliteStore {
             Err(e) => return Err(store_error(&format!("cannot use {}", path.display()), e)),
         }
         let conn = connect(&path)?;
-        check_identity(&conn, &path)?;
+        check_identity(&conn, &path, damaged)?;
         Ok(SqliteStore {
             conn,
             log: sidecar(&path, "-wal"),
@@ -257,15 +257,20 @@ fn ensure_log(path: &Path) -> std::io::Result<()> {
     files::sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-/// Refuses a file that is not a wasm-ipam store of a schema this build knows.
-fn check_identity(conn: &Connection, path: &Path) -> Result<(), CniError> {
+/// Refuses a file that is not a wasm-ipam store of a schema this build knows, with
+/// `foreign`'s error for one that is no wasm-ipam store at all.
+fn check_identity(
+    conn: &Connection,
+    path: &Path,
+    foreign: fn(&Path, String) -> CniError,
+) -> Result<(), CniError> {
     let pragma = |name: &str| {
         conn.pragma_query_value(None, name, |r| r.get::<_, i64>(0))
-            .map_err(|e| damaged(path, e))
+            .map_err(|e| foreign(path, e.to_string()))
     };
     let application_id = pragma("application_id")?;
     if application_id != i64::from(APPLICATION_ID) {
-        return Err(damaged(
+        return Err(foreign(
             path,
             format!(
                 "application_id is {application_id:#x}, not wasm-ipam's {APPLICATION_ID:#x}: the file is empty, truncated or not a wasm-ipam store"
@@ -344,6 +349,19 @@ pub fn check_header(data_dir: &Path) -> Result<(), CniError> {
         ));
     }
     Ok(())
+}
+
+/// What `store restore --from` answers for a file that is no wasm-ipam store: it is
+/// the restore's input that is wrong, not the node's store, which is left as it was.
+fn not_a_backup(from: &Path, e: String) -> CniError {
+    CniError::new(
+        code::STORE_FAILURE,
+        format!(
+            "{} (given to --from) is not a wasm-ipam store backup (one `wasm-ipam store backup` wrote): nothing was restored, the store is as it was",
+            from.display()
+        ),
+    )
+    .with_details(e)
 }
 
 fn damaged(path: &Path, e: impl std::fmt::Display) -> CniError {
@@ -768,7 +786,10 @@ pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, 
     drop(copy);
     {
         let conn = Connection::open_with_flags(&temp, OPEN_FLAGS).map_err(|e| failed(&e))?;
-        check_identity(&conn, from)?;
+        if let Err(e) = check_identity(&conn, from, not_a_backup) {
+            let _ = fs::remove_file(&temp);
+            return Err(e);
+        }
         let problems = integrity_problems(&conn).map_err(|e| failed(&e))?;
         if !problems.is_empty() {
             let _ = fs::remove_file(&temp);
@@ -805,6 +826,52 @@ pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, 
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_restore_from_a_file_that_is_no_backup_says_so_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        drop(SqliteStore::open(&data, Duration::ZERO).unwrap());
+        let store = fs::read(data.join(DATABASE_FILE)).unwrap();
+        let listed = || {
+            let mut names: Vec<_> = fs::read_dir(&data)
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listed();
+        let other = dir.path().join("other.sqlite");
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
+        for content in [
+            None,
+            Some(&b"not a database at all, but long enough to look like one"[..]),
+        ] {
+            let from = dir.path().join("notes.txt");
+            let from = match content {
+                Some(text) => {
+                    fs::write(&from, text).unwrap();
+                    from
+                }
+                None => other.clone(),
+            };
+            let err = restore(&data, &from, Duration::ZERO).expect_err("refused");
+            assert!(
+                err.msg.starts_with(&format!(
+                    "{} (given to --from) is not a wasm-ipam store backup",
+                    from.display()
+                )) && !err.msg.contains("restore it from a backup"),
+                "{err}"
+            );
+            assert_eq!(fs::read(data.join(DATABASE_FILE)).unwrap(), store);
+            assert_eq!(listed(), before, "no file left behind");
+        }
+    }
 
     #[test]
     fn an_emptied_or_foreign_file_is_refused_and_left_alone() {

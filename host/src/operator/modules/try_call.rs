@@ -31,7 +31,7 @@ pub enum CniCommand {
 }
 
 impl CniCommand {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             CniCommand::Add => "ADD",
             CniCommand::Del => "DEL",

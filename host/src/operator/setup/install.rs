@@ -14,10 +14,13 @@
 //! 6. with `--gc-timer`, a systemd timer running `wasm-ipam gc` every few minutes, since
 //!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md).
 //!
-//! Every step is idempotent (a file already as wanted is left alone, and each write
-//! replaces the old file atomically), says what it did, and `--dry-run` only says.
+//! Before any step writes, the conflist is checked as the calls will read it (its
+//! paths, the host's keys, an ADD and a DEL through it on a private store), so an
+//! install that exits 0 never leaves a conflist every ADD refuses. Every step is
+//! idempotent (a file already as wanted is left alone, and each write replaces the
+//! old file atomically), says what it did, and `--dry-run` only says.
 
-use crate::config::DEFAULT_CACHE_DIR;
+use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
@@ -106,7 +109,7 @@ pub struct Install {
     /// The runtime's CNI bin dir (containerd's and CRI-O's default).
     #[arg(long, default_value = "/opt/cni/bin")]
     pub bin_dir: PathBuf,
-    #[arg(long, default_value = "/opt/cni/wasm")]
+    #[arg(long, default_value = crate::operator::modules::oci::pull::DEFAULT_MODULE_DIR)]
     pub module_dir: PathBuf,
     /// The runtime's CNI conf dir.
     #[arg(long, default_value = "/etc/cni/net.d")]
@@ -119,11 +122,9 @@ pub struct Install {
     /// Where to find the main plugins to link (Debian puts them in /usr/lib/cni).
     #[arg(long = "plugin-dir", default_values = ["/usr/lib/cni", "/usr/libexec/cni"])]
     pub plugin_dirs: Vec<PathBuf>,
-    /// The conflist's `ipam.dataDir` (default: the host's).
-    #[arg(long)]
+    #[arg(long, help = unwritten("ipam.dataDir", DEFAULT_DATA_DIR))]
     pub data_dir: Option<PathBuf>,
-    /// The conflist's `ipam.lockFile` (default: the host's).
-    #[arg(long)]
+    #[arg(long, help = unwritten("ipam.lockFile", DEFAULT_LOCK_FILE))]
     pub lock_file: Option<PathBuf>,
     /// The conflist's `ipam.logFile` (default: none).
     #[arg(long)]
@@ -140,6 +141,12 @@ pub struct Install {
     /// Say what would be done, and do nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// A `--help` line for a flag written into the conflist only when given: the default
+/// shown is the constant a call uses without it.
+fn unwritten(key: &str, default: &str) -> String {
+    format!("The conflist's `{key}` [default: not written, so calls use {default}]")
 }
 
 /// How often the timer runs `gc`: leaks wait at least the grace period (15 minutes)
@@ -457,21 +464,46 @@ impl Install {
 }
 
 pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
-    // The module's keys are checked before anything is written.
-    module_keys(install)?;
+    // What the conflist will carry is checked before anything is written: an install
+    // that exits 0 must leave a conflist every ADD accepts.
+    check_paths(install)?;
     let mut steps = Steps {
         dry_run: install.dry_run,
         lines: Vec::new(),
     };
-    install_binaries(install, &mut steps)?;
+    let versions = chain_versions(install, &mut steps)?;
+    let pulled = install
+        .module
+        .to_str()
+        .is_some_and(|m| m.starts_with("oci://"));
+    if !pulled {
+        let file_name = install
+            .module
+            .file_name()
+            .ok_or_else(|| CniError::config("--module must name a file"))?;
+        let planned = conflist(
+            install,
+            &install.module_dir.join(file_name),
+            None,
+            &versions,
+        )?;
+        check_host_keys(install, &planned)?;
+        try_conflist(install, &install.module, &planned, &mut steps)?;
+    }
     let (module, pinned) = install_module(install, &mut steps)?;
+    let written = conflist(install, &module, pinned.as_deref(), &versions)?;
+    if pulled {
+        // A pulled module exists only once pulled: it is the one thing written
+        // before the check.
+        check_host_keys(install, &written)?;
+        if !install.dry_run {
+            try_conflist(install, &module, &written, &mut steps)?;
+        }
+    }
+    install_binaries(install, &mut steps)?;
     let missing = main_plugins(install, &mut steps);
     precompile(install, &module, pinned.as_deref(), &mut steps)?;
-    let versions = chain_versions(install, &mut steps)?;
-    let text =
-        serde_json::to_string_pretty(&conflist(install, &module, pinned.as_deref(), &versions)?)
-            .expect("serialisable")
-            + "\n";
+    let text = serde_json::to_string_pretty(&written).expect("serialisable") + "\n";
     put_file(
         &install.conf_dir.join(&install.conflist_name),
         text.as_bytes(),
@@ -483,6 +515,148 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     }
     let out = steps.lines.join("\n") + "\n";
     Ok((out, problems(install, &missing)))
+}
+
+/// Each path install writes into the conflist, with the flag that gave it, must be
+/// one every call accepts (absolute: [`crate::config::absolute_path`]), since the
+/// runtime reads the conflist in a working directory of its own. `kubectl config
+/// set-cluster --certificate-authority` makes such a path absolute against its own
+/// working directory; install refuses it instead, naming the absolute path it would
+/// mean: it often runs in a DaemonSet's init container, whose working directory and
+/// mounts are the container's, not the node's, so a path made absolute there could
+/// name a directory the node does not have, and the refusal costs one retyped flag.
+fn check_paths(install: &Install) -> Result<(), CniError> {
+    // The conflist names the module in --module-dir.
+    let module = install
+        .module_dir
+        .join(install.module.file_name().unwrap_or_default());
+    let mut written = vec![
+        ("--module-dir", "module", &install.module_dir, module),
+        (
+            "--cache-dir",
+            "cacheDir",
+            &install.cache_dir,
+            install.cache_dir.clone(),
+        ),
+    ];
+    for (flag, key, given) in [
+        ("--data-dir", "dataDir", &install.data_dir),
+        ("--lock-file", "lockFile", &install.lock_file),
+        ("--log-file", "logFile", &install.log_file),
+        ("--trust-policy", "trustPolicy", &install.trust_policy),
+    ] {
+        if let Some(given) = given {
+            written.push((flag, key, given, given.clone()));
+        }
+    }
+    for (flag, key, given, path) in written {
+        if let Err(e) = crate::config::absolute_path(key, &path) {
+            let meant = std::path::absolute(given).unwrap_or_else(|_| given.clone());
+            return Err(CniError::config(format!(
+                "{flag} {}: every call would refuse the conflist: {}; a runtime runs the plugin in a working directory of its own (containerd's is /): did you mean {flag} {}?",
+                given.display(),
+                e.msg,
+                meant.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What a runtime hands the IPAM plugin for `conflist`: its main plugin's object with
+/// the list's name and version (libcni adds them, and the main plugin passes its
+/// stdin on to its IPAM unchanged).
+pub fn runtime_view(conflist: &serde_json::Value) -> serde_json::Value {
+    let mut plugin = conflist["plugins"][0].clone();
+    plugin["name"] = conflist["name"].clone();
+    plugin["cniVersion"] = conflist["cniVersion"].clone();
+    plugin
+}
+
+/// Where the module's keys came from, as the operator gave them.
+fn keys_flag(install: &Install) -> String {
+    match (&install.subnet, &install.ipam_config) {
+        (Some(subnet), _) => format!("--subnet {subnet}"),
+        (None, Some(path)) => format!("--ipam-config {}", path.display()),
+        (None, None) => "--subnet or --ipam-config".into(),
+    }
+}
+
+/// The host's keys of `conflist`, read as every call reads them
+/// ([`crate::config::NetConf`]).
+fn check_host_keys(install: &Install, conflist: &serde_json::Value) -> Result<(), CniError> {
+    let view = runtime_view(conflist);
+    crate::config::NetConf::from_json(view.clone(), view.to_string().as_bytes())
+        .map(drop)
+        .map_err(|e| {
+            CniError::config(format!(
+                "{}: every call would refuse the conflist: {}",
+                keys_flag(install),
+                e.msg
+            ))
+        })
+}
+
+/// An ADD then a DEL through `conflist`, made as a runtime makes them (this binary run
+/// as the plugin, as `wasm-ipam try` runs it) on `module`, with a lock, store and
+/// cache private to the check: the module reads its own keys only when called, so
+/// this is the one way to know that its ADDs will not all be refused. Its store is the
+/// private one whatever `ipam.store` says: the check writes nothing a node shares, and
+/// an install does not wait for a cluster's etcd (the store's keys were read with the
+/// host's).
+fn try_conflist(
+    install: &Install,
+    module: &Path,
+    conflist: &serde_json::Value,
+    steps: &mut Steps,
+) -> Result<(), CniError> {
+    use crate::operator::modules::try_call::{CniCommand, TryCall, try_call};
+    let private = tempfile::Builder::new()
+        .prefix("wasm-ipam-install-")
+        .tempdir()
+        .map_err(io("cannot make a private directory".into()))?;
+    let mut view = runtime_view(conflist);
+    if let Some(ipam) = view["ipam"].as_object_mut() {
+        ipam.remove("store");
+    }
+    let config = private.path().join("net.json");
+    fs::write(&config, view.to_string())
+        .map_err(io(format!("cannot write {}", config.display())))?;
+    for command in [CniCommand::Add, CniCommand::Del] {
+        let call = TryCall {
+            module: module.to_path_buf(),
+            command,
+            id: "wasm-ipam-install-check".into(),
+            ifname: "eth0".into(),
+            config: Some(config.clone()),
+            set: Vec::new(),
+            valid: Vec::new(),
+            state: Some(private.path().join("state")),
+            list: false,
+        };
+        let (answer, failed) = try_call(&call)?;
+        if failed {
+            let answer: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+            let code = answer["code"].as_u64().unwrap_or_default();
+            let msg = answer["msg"].as_str().unwrap_or("no error JSON");
+            // The host's keys were read already: a configuration error now is the
+            // module's, about its keys.
+            let blamed = match code == u64::from(code::INVALID_NETWORK_CONFIG) {
+                true => keys_flag(install),
+                false => format!("--module {}", install.module.display()),
+            };
+            return Err(CniError::config(format!(
+                "{blamed}: every {} through the conflist would fail: the module answers code {code}: {msg}",
+                call.command.name()
+            )));
+        }
+    }
+    let line = format!(
+        "checked an ADD and a DEL through the conflist ({}, on a private store)",
+        module.display()
+    );
+    steps.done(&line, &line);
+    Ok(())
 }
 
 /// This binary and its compiler (from beside it) into the bin dir.

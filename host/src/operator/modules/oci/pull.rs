@@ -18,6 +18,10 @@ use std::fs;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+/// Where `pull` and `install` put modules by default: one constant, so a module
+/// pulled by hand lies where an install would have put it.
+pub const DEFAULT_MODULE_DIR: &str = "/opt/cni/wasm";
+
 /// `wasm-ipam pull`'s arguments.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 #[group(skip)]
@@ -25,7 +29,7 @@ pub struct Pull {
     /// `oci://REGISTRY/REPO[:TAG][@sha256:DIGEST]` (the digest is the manifest's).
     pub reference: String,
     /// Where to write the module (`install`'s default).
-    #[arg(long, default_value = "/opt/cni/wasm")]
+    #[arg(long, default_value = DEFAULT_MODULE_DIR)]
     pub module_dir: PathBuf,
     /// The cache to compile it into (the netconf's `ipam.cacheDir`).
     #[arg(long, default_value = crate::config::DEFAULT_CACHE_DIR)]
