@@ -480,15 +480,17 @@ stop() {
   kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
 }
 
-# Every process left in the node's cgroups (its pods), every shim of its containerd
-# and anything else in the node's network namespace: killed, then waited for.
+# Every process left in the node's cgroups (its pods) and every shim of its
+# containerd, and with `all` anything else in the node's network namespace (kubelet
+# among them: a runtime's restart keeps it, `down` of a DIR whose PIDs are unknown
+# does not): killed, then waited for.
 kill_leftovers() {
   local pids
   pids=$( {
     cat /sys/fs/cgroup/pids/"$cgroup_root"/cgroup.procs 2>/dev/null
     find /sys/fs/cgroup/pids/"$cgroup_root" -mindepth 1 -name cgroup.procs -exec cat {} + 2>/dev/null
     pgrep -f -- "-address $dir/containerd/containerd.sock" || true
-    ip netns pids "$netns" 2>/dev/null || true
+    [[ ${1:-} != all ]] || ip netns pids "$netns" 2>/dev/null || true
   } | sort -u)
   [[ -z $pids ]] && return 0
   kill -KILL $pids 2>/dev/null || true
@@ -515,7 +517,7 @@ down_all() {
     timeout 120 "$crictl" --runtime-endpoint "unix://$dir/containerd/containerd.sock" rmp -fa >/dev/null 2>&1 || true
   fi
   stop containerd
-  kill_leftovers
+  kill_leftovers all
   stop kube-apiserver
   stop etcd
   unmount_under "$dir"

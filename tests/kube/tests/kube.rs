@@ -11,7 +11,7 @@
 mod node;
 
 use node::pods::{self, pod_ips};
-use node::{Node, Store, wait_for};
+use node::{Node, Store, wait_for, wait_for_explained};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -451,7 +451,7 @@ fn restart_and_gc(node: &Node) {
         .flat_map(pod_ips)
         .collect();
     node.restart_containerd(true);
-    wait_for(
+    wait_for_explained(
         "the third wave's 20 sandboxes made anew and ready",
         HERD_LIMIT,
         || {
@@ -468,6 +468,7 @@ fn restart_and_gc(node: &Node) {
             });
             (ready == 20 && fresh).then_some(())
         },
+        || explain_pods(node, "churn2", &before_reset),
     );
     let in_use: BTreeSet<String> = pods::of_group(node, "churn2")
         .values()
@@ -562,4 +563,36 @@ fn node_left_behind(node: &Node) {
     );
     assert_eq!(next.ready().0, "True");
     next.down();
+}
+
+/// What a wait on `group`'s pods saw last: each pod's phase and addresses (marked
+/// when one is in `stale`), the runtime's sandboxes, the store's rows, and the last
+/// sandbox and network failures kubelet and containerd logged.
+fn explain_pods(node: &Node, group: &str, stale: &BTreeSet<String>) -> String {
+    let mut out = String::new();
+    for (name, pod) in pods::of_group(node, group) {
+        let ips = pod_ips(&pod);
+        let old = ips.iter().any(|ip| stale.contains(ip));
+        out += &format!(
+            "pod {name}: {} {ips:?}{}\n",
+            pods::phase(&pod),
+            if old { " (an address from before)" } else { "" }
+        );
+    }
+    let sandboxes = pods::sandboxes(node);
+    let ready = sandboxes.values().filter(|(_, ready)| *ready).count();
+    out += &format!(
+        "sandboxes: {} ({ready} ready); rows in the store: {}\n",
+        sandboxes.len(),
+        node.allocations().len()
+    );
+    out += "kubelet:\n";
+    out += &node.log_lines_with(
+        "KUBELET_LOG",
+        &["RunPodSandbox", "CreatePodSandbox", "KillPodSandbox"],
+        10,
+    );
+    out += "\ncontainerd:\n";
+    out += &node.log_lines_with("CONTAINERD_LOG", &["level=error"], 10);
+    out
 }

@@ -376,16 +376,38 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
 }
 
 /// Polls `probe` until it gives a value; panics naming `what` if `limit` passes first.
-pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, limit: Duration, probe: impl FnMut() -> Option<T>) -> T {
+    wait_for_explained(what, limit, probe, String::new)
+}
+
+/// [`wait_for`], whose panic adds what `explain` finds then (the state the wait saw
+/// last, the logs' reasons): a CI run's failure must say why without a rerun.
+pub fn wait_for_explained<T>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+    explain: impl FnOnce() -> String,
+) -> T {
     let started = Instant::now();
     loop {
         if let Some(value) = probe() {
             return value;
         }
-        assert!(
-            started.elapsed() < limit,
-            "waited {limit:?}, and never: {what}"
-        );
+        if started.elapsed() >= limit {
+            panic!("waited {limit:?}, and never: {what}\n{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+impl Node {
+    /// The last `count` lines of the log `key` (DIR/env) holding any of `words`.
+    pub fn log_lines_with(&self, key: &str, words: &[&str], count: usize) -> String {
+        let log = self.log(key);
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| words.iter().any(|w| l.contains(w)))
+            .collect();
+        lines[lines.len().saturating_sub(count)..].join("\n")
     }
 }
