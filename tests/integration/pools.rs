@@ -286,6 +286,54 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
     );
 }
 
+/// The module's code for a requested address another container holds.
+const ADDRESS_HELD: u64 = 148;
+
+#[test]
+fn codes_an_operator_can_act_on_unknown_container_held_address_and_a_limit_that_is_not_exhaustion()
+{
+    let etcd = Etcd::start(1);
+    let (_nodes, confs) = cluster(&etcd, "/c/", &limited(false));
+    // CHECK of a container never added: the spec's 3; its DEL succeeds.
+    let check = Call::new("CHECK", "never").run(&confs[0]);
+    assert_eq!(check.error_code(), 3, "{check:?}");
+    Call::new("DEL", "never").run(&confs[0]).assert_ok();
+    // An address another node's pod holds, asked for: its own code, naming the holder.
+    let held = Call::new("ADD", "b-0").run(&confs[1]).address().to_string();
+    let ip = held.split('/').next().unwrap();
+    let refused = Call::new("ADD", "a-0")
+        .env("CNI_ARGS", format!("IP={ip}"))
+        .run(&confs[0]);
+    assert_eq!(refused.error_code(), ADDRESS_HELD, "{refused:?}");
+    assert_eq!(
+        refused.msg(),
+        format!(
+            "requested address {ip} is held by container \"b-0\" (interface eth0) on node node-1"
+        )
+    );
+    // Node 0's one block (5 addresses) and node 1's full: nothing to borrow, and the
+    // two blocks no node claimed are free. The limit refuses them, not exhaustion.
+    for i in 0..5 {
+        Call::new("ADD", &format!("a-{i}"))
+            .run(&confs[0])
+            .assert_ok();
+    }
+    for i in 1..5 {
+        Call::new("ADD", &format!("b-{i}"))
+            .run(&confs[1])
+            .assert_ok();
+    }
+    let refused = Call::new("ADD", "a-5").run(&confs[0]);
+    assert_eq!(refused.error_code(), BLOCK_LIMIT, "{refused:?}");
+    assert!(
+        refused.msg().contains("blocks no node has claimed")
+            && refused.msg().contains("raise maxBlocksPerNode")
+            && !refused.msg().contains("exhausted"),
+        "{}",
+        refused.msg()
+    );
+}
+
 /// The module's codes for a reserved address asked for by a pod.
 const RESERVED: u64 = 144;
 

@@ -9,7 +9,9 @@ pub const UNKNOWN_POOL: u32 = 141;
 /// No pool serves the pod's namespace and no pool is the default.
 pub const NO_POOL: u32 = 142;
 /// The node must borrow (at `maxBlocksPerNode`, or no free block) and
-/// `strictAffinity` forbids it; or a requested address's block is past the limit.
+/// `strictAffinity` forbids it; or a requested address's block is past the limit; or
+/// the node is at `maxBlocksPerNode`, nothing is left to borrow, and the pool's free
+/// addresses lie in unclaimed blocks (not exhausted: the limit refuses them).
 pub const BLOCK_LIMIT: u32 = 143;
 /// A requested address is reserved (`wasm-ipam reserve`).
 pub const RESERVED: u32 = 144;
@@ -20,3 +22,5 @@ pub const NOT_RESERVED: u32 = 146;
 /// The pod asked for addresses (annotation `wasm-ipam.io/ip-addrs`, CNI_ARGS `IP`,
 /// `runtimeConfig.ips`) and its pool refuses requested addresses (`allowRequested`).
 pub const REQUESTS_REFUSED: u32 = 147;
+/// A requested address is held by another container (or kept for a sticky pod).
+pub const ADDRESS_HELD: u32 = 148;

@@ -451,15 +451,23 @@ impl<S: Store> Call<'_, S> {
                 format!("{why}, and strictAffinity forbids borrowing from other nodes' blocks"),
             ));
         }
-        match self.borrow(range, &mine, holder)? {
-            Some(ip) => Ok(Handed { ip, borrowed: true }),
-            None => Err(Error::new(
-                codes::EXHAUSTED,
-                format!(
-                    "{why}, and no other node's block has a free address: the pool is exhausted"
-                ),
-            )),
+        if let Some(ip) = self.borrow(range, &mine, holder)? {
+            return Ok(Handed { ip, borrowed: true });
         }
+        // At its limit the node looked at no unclaimed block: if one has a free
+        // address, the pool is not exhausted, this node's limit is what refuses it.
+        if at_limit && self.unclaimed_block(range)?.is_some() {
+            return Err(Error::new(
+                codes::BLOCK_LIMIT,
+                format!(
+                    "{why}, and no other node's block has a free address; the pool's free addresses lie in blocks no node has claimed, which this node may not claim past maxBlocksPerNode: raise maxBlocksPerNode, or free addresses on this node"
+                ),
+            ));
+        }
+        Err(Error::new(
+            codes::EXHAUSTED,
+            format!("{why}, and no other node's block has a free address: the pool is exhausted"),
+        ))
     }
 
     /// A free address of another node's block in `range`, taken for `holder`. Reads at
@@ -604,8 +612,21 @@ impl<S: Store> Call<'_, S> {
         }
         if let Some(other) = block.ips.get(&ip) {
             return Err(Error::new(
-                code::MODULE_SPECIFIC,
-                format!("requested address {ip} is held by container {:?}", other.id),
+                codes::ADDRESS_HELD,
+                format!(
+                    "requested address {ip} is held by container {:?} (interface {}) on node {}{}",
+                    other.id,
+                    other.ifname,
+                    other.node,
+                    match other.held_until {
+                        Some(until) => format!(
+                            ", kept for sticky pod {} for {} s more",
+                            other.identity.as_deref().unwrap_or("?"),
+                            until.saturating_sub(self.now)
+                        ),
+                        None => String::new(),
+                    }
+                ),
             ));
         }
         block.ips.insert(ip, holder.clone());
@@ -1112,8 +1133,9 @@ impl IpamModule for ClusterPool {
         );
         match read::<AttachmentAddresses>(store, &key)? {
             Some(_) => Ok(()),
+            // The spec's code for a container the plugin does not know (not "exhausted").
             None => Err(Error::new(
-                code::MODULE_SPECIFIC,
+                code::UNKNOWN_CONTAINER,
                 format!(
                     "no address is allocated to container {} interface {}",
                     request.container_id(),

@@ -1217,3 +1217,65 @@ fn a_pod_annotation_asks_for_fixed_addresses_and_each_refusal_names_the_address(
     assert_eq!(err.code, codes::REQUESTS_REFUSED);
     assert!(store.list("").is_empty(), "nothing written");
 }
+
+#[test]
+fn check_of_a_container_never_added_is_the_specs_unknown_container_and_its_del_succeeds() {
+    let conf = config(json!({"cidr": "10.9.0.0/27"}));
+    let mut store = MemoryStore::default();
+    add(&mut store, "a", "a0", 1, &conf);
+    ClusterPool::check(&call(Command::Check, "a", "a0", 1, &conf), &store).unwrap();
+    let err =
+        ClusterPool::check(&call(Command::Check, "a", "never", 1, &conf), &store).unwrap_err();
+    assert_eq!(err.code, code::UNKNOWN_CONTAINER, "{err:?}");
+    assert!(err.msg.contains("never"), "{}", err.msg);
+    del(&mut store, "a", "never", 2, &conf);
+}
+
+#[test]
+fn a_requested_address_another_container_holds_has_its_own_code_and_names_the_holder() {
+    let conf = config(json!({"cidr": "10.9.0.0/27", "allowRequested": true}));
+    let mut store = MemoryStore::default();
+    let held = add(&mut store, "b", "b0", 1, &conf);
+    let ip = bare(&held).to_string();
+    let err = ClusterPool::add(
+        &call(Command::Add, "a", "a0", 1, &conf).with_args(&[("IP", ip.as_str())]),
+        &mut store,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, codes::ADDRESS_HELD, "{err:?}");
+    assert_eq!(
+        err.msg,
+        format!("requested address {ip} is held by container \"b0\" (interface eth0) on node b")
+    );
+}
+
+#[test]
+fn a_node_at_its_block_limit_while_unclaimed_blocks_are_free_is_told_its_limit_not_exhausted() {
+    // Four /28 blocks of 13; one block per node; a's and b's blocks full.
+    let conf = config(json!({"cidr": "10.9.0.0/26", "maxBlocksPerNode": 1}));
+    let mut store = MemoryStore::default();
+    for i in 0..13 {
+        add(&mut store, "a", &format!("a{i}"), 1, &conf);
+        add(&mut store, "b", &format!("b{i}"), 1, &conf);
+    }
+    let before = store.clone();
+    let err = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::BLOCK_LIMIT, "{err:?}");
+    assert!(
+        err.msg.contains("blocks no node has claimed")
+            && err.msg.contains("raise maxBlocksPerNode"),
+        "{}",
+        err.msg
+    );
+    assert!(!err.msg.contains("exhausted"), "{}", err.msg);
+    assert_eq!(store, before, "nothing written");
+    // With every block claimed and full, it is exhausted, and says so.
+    for (node, prefix) in [("c", "c"), ("d", "d")] {
+        for i in 0..13 {
+            add(&mut store, node, &format!("{prefix}{i}"), 1, &conf);
+        }
+    }
+    let err = ClusterPool::add(&call(Command::Add, "a", "a13", 1, &conf), &mut store).unwrap_err();
+    assert_eq!(err.code, codes::EXHAUSTED, "{err:?}");
+    assert!(err.msg.contains("the pool is exhausted"), "{}", err.msg);
+}
