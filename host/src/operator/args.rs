@@ -32,11 +32,6 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// The store and lock given, else the defaults.
-    pub fn place(&self) -> Result<StoreAndLock, CniError> {
-        self.place_for(None)
-    }
-
     /// The store and lock given, else `netconf`'s (its `ipam.dataDir`,
     /// `ipam.lockFile` and `ipam.store`, as a call with it would use), else the
     /// defaults (the embedded store).
