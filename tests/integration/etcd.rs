@@ -895,6 +895,96 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
     assert!(etcd.keys("/c/n/testnet/e/own/").is_empty());
 }
 
+/// The store commands and `forget` take `--netconf` like the others and work on the
+/// store it names: on etcd, `forget` deletes the network's key range (for every node)
+/// after the same checks as on the embedded store, `store check` checks it, and
+/// `store backup` and `restore` refuse, naming the store and etcd's own snapshot,
+/// rather than copy the node's embedded store instead. Nothing is created on the node.
+#[test]
+fn store_commands_and_forget_work_on_the_etcd_store_a_netconf_names() {
+    let etcd = Etcd::start(1);
+    let store = etcd.store("/f/");
+    let (a, b) = (Node::new(), Node::new());
+    let ipam = json!({"subnet": "10.82.0.0/24"});
+    let conf_a = node_conf(&a, "node-a", &host_local_module(), &store, ipam.clone());
+    let conf_b = node_conf(&b, "node-b", &host_local_module(), &store, ipam);
+    let mut other = conf_b.clone();
+    other["name"] = "other".into();
+    other["ipam"]["subnet"] = "10.83.0.0/24".into();
+    Call::new("ADD", "c1").run(&conf_a).assert_ok();
+    Call::new("ADD", "o1").run(&other).assert_ok();
+    Call::new("DEL", "o1").run(&other).assert_ok();
+    let conf_file = write_conf(&a, &conf_a);
+    let endpoint = &etcd.endpoints()[0];
+    let named = format!("etcd store {endpoint} (prefix /f/)");
+
+    let (ok, stdout, stderr) = operator_on(&a, &conf_file, &["store", "check"]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with(&format!("{named}: ok, ")), "{stdout}");
+
+    let backup = a.dir.path().join("backup");
+    let (ok, _, stderr) = operator_on(
+        &a,
+        &conf_file,
+        &["store", "backup", "--to", &backup.to_string_lossy()],
+    );
+    assert!(
+        !ok && stderr.contains("code 7")
+            && stderr.contains(&named)
+            && stderr.contains(&format!("etcdctl --endpoints {endpoint} snapshot save")),
+        "{stderr}"
+    );
+    assert!(!backup.exists(), "nothing written");
+    std::fs::write(&backup, "anything").unwrap();
+    let (ok, _, stderr) = operator_on(
+        &a,
+        &conf_file,
+        &["store", "restore", "--from", &backup.to_string_lossy()],
+    );
+    assert!(
+        !ok && stderr.contains("code 7")
+            && stderr.contains(&named)
+            && stderr.contains("etcdutl snapshot restore"),
+        "{stderr}"
+    );
+
+    // forget: refused while the module reports an allocation, on any node.
+    let forget = |network: &str, extra: &[&str]| {
+        let mut args = vec!["forget", network];
+        args.extend(extra);
+        operator_on(&a, &conf_file, &args)
+    };
+    let (ok, _, stderr) = forget("testnet", &[]);
+    assert!(
+        !ok && stderr.contains("still holds 1 allocation"),
+        "{stderr}"
+    );
+    assert!(!etcd.keys("/f/n/testnet/").is_empty());
+    // Released by node b, it goes whole: entries, usage rows and record.
+    Call::new("DEL", "c1").run(&conf_b).assert_ok();
+    let (ok, stdout, stderr) = forget("testnet", &[]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("forgot network testnet"), "{stdout}");
+    assert!(etcd.keys("/f/n/testnet/").is_empty());
+    assert!(etcd.keys("/f/s/testnet").is_empty());
+    // A network whose conflist is gone, named through another's on the same store.
+    assert!(!etcd.keys("/f/n/other/").is_empty());
+    let (ok, _, stderr) = forget("testnet", &[]);
+    assert!(
+        !ok && stderr.contains(&format!("{named} holds nothing for network testnet"))
+            && stderr.contains("(the networks it holds: other)"),
+        "{stderr}"
+    );
+    let (ok, stdout, stderr) = forget("other", &[]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.starts_with("forgot network other"), "{stdout}");
+    assert!(etcd.keys("/f/").is_empty(), "{:?}", etcd.keys("/f/"));
+    assert!(
+        !a.data_dir().join(wasm_ipam::store::DATABASE_FILE).exists(),
+        "no embedded store made on the node"
+    );
+}
+
 /// `wasm-ipam release-node NODE` run on `on`'s node, with its netconf and `extra`.
 fn release_node(on: &Node, conf: &Value, node: &str, extra: &[&str]) -> (bool, String, String) {
     let conf_file = write_conf(on, conf);
@@ -1002,7 +1092,8 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         a.lock_file().as_os_str(),
     ]);
     assert!(
-        !ok && stderr.contains("no module is recorded for network testnet in the store at")
+        !ok && stderr.contains("code 7")
+            && stderr.contains(&format!("no store at {}", a.data_dir().display()))
             && stderr.contains("recorded in etcd, not on the node: name it with --netconf FILE"),
         "{stderr}"
     );

@@ -732,6 +732,8 @@ fn the_operator_commands_read_every_field_of_the_optional_exports() {
         ]
     });
     let conf = probe_conf(&node, "1.1.0", probe);
+    // A call makes the node's store: the operator commands read it and create none.
+    Call::new("DEL", "c0").run(&conf).assert_ok();
     let file = crate::etcd::write_conf(&node, &conf);
     let run = |args: &[&str]| {
         let (ok, out, err) = crate::etcd::operator_on(&node, &file, args);

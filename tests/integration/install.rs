@@ -322,12 +322,16 @@ fn install_writes_a_gc_timer_whose_command_runs() {
             && exec.contains(tree.path("var/lib/wasm-ipam").to_str().unwrap()),
         "{exec}"
     );
-    // The installed binary takes the command: it reaches the (empty) store, which
-    // has no record of the network yet, and says so.
+    // The installed binary takes the command: it reaches the store's directory, where
+    // no call has made a store yet, and says so (creating none).
     let out = Command::new(words[0]).args(&words[1..]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("no module is recorded for network installed"),
+        !out.status.success()
+            && stderr.contains(&format!(
+                "no store at {}",
+                tree.path("var/lib/wasm-ipam/store.sqlite").display()
+            )),
         "{stderr}"
     );
     let (ok, stdout, _) = tree.install(&args);

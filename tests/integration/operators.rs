@@ -359,9 +359,9 @@ fn netconf_gives_operator_commands_its_data_dir_and_lock_file() {
     assert!(!ok && stderr.contains("code 11"), "{stderr}");
     lock.unlock().unwrap();
 
-    // A flag still wins over the netconf.
+    // A flag still wins over the netconf: its directory, holding no store, is named.
     let elsewhere = node.dir.path().join("elsewhere");
-    let (ok, listed, stderr) = operator_output([
+    let (ok, _, stderr) = operator_output([
         "list",
         "--json",
         "--netconf",
@@ -369,6 +369,106 @@ fn netconf_gives_operator_commands_its_data_dir_and_lock_file() {
         "--data-dir",
         &elsewhere.to_string_lossy(),
     ]);
+    assert!(
+        !ok && stderr.contains(&format!("no store at {}/store.sqlite", elsewhere.display())),
+        "{stderr}"
+    );
+}
+
+/// Every option `list` and `stats` take is honoured or refused: a network or a node
+/// that names nothing is an error listing those that do, never another network's
+/// answer or an empty table with exit 0.
+#[test]
+fn a_network_or_node_that_names_nothing_is_refused_listing_the_known_ones() {
+    let node = Node::new();
+    let mut conf = node.netconf(
+        "1.1.0",
+        &host_local_module(),
+        json!({"subnet": "10.44.0.0/24", "nodeName": "node-a"}),
+    );
+    let mut kept = conf.clone();
+    kept["name"] = "kept".into();
+    kept["ipam"]["subnet"] = "10.45.0.0/24".into();
+    Call::new("ADD", "c1").run(&conf).assert_ok();
+    Call::new("ADD", "k1").run(&kept).assert_ok();
+    let conf_file = node.dir.path().join("net.conf");
+    std::fs::write(&conf_file, conf.to_string()).unwrap();
+    let conf_arg = conf_file.to_string_lossy().into_owned();
+    let data_dir = node.data_dir().to_string_lossy().into_owned();
+    let lock = node.lock_file().to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--lock-file", &lock]);
+        operator_output(all)
+    };
+    let refused = |args: &[&str], said: &str, known: &str| {
+        let (ok, stdout, stderr) = run(args);
+        assert!(
+            !ok && stdout.is_empty()
+                && stderr.contains("code 7")
+                && stderr.contains(said)
+                && stderr.contains(known),
+            "{args:?}: {stdout}{stderr}"
+        );
+    };
+    let known_networks = "(the networks it records: kept, testnet)";
+    for command in ["list", "stats"] {
+        // With the netconf, a network it does not configure and its store does not
+        // record: refused, not the netconf's network listed instead.
+        refused(
+            &[command, "--netconf", &conf_arg, "--network", "borrow"],
+            "no module is recorded for network borrow in store",
+            known_networks,
+        );
+        // A misspelt network in the node's store.
+        refused(
+            &[command, "--data-dir", &data_dir, "--network", "tesnet"],
+            "no module is recorded for network tesnet",
+            known_networks,
+        );
+    }
+    // With the netconf, another network its store records is that network.
+    let (ok, listed, stderr) = run(&[
+        "list",
+        "--json",
+        "--netconf",
+        &conf_arg,
+        "--network",
+        "kept",
+    ]);
+    assert!(ok, "{stderr}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["network"], "kept");
+    assert_eq!(listed[0]["containerID"], "k1");
+
+    // A node no network knows: refused, naming the ones they do.
+    refused(
+        &["list", "--data-dir", &data_dir, "--node", "node-zz"],
+        "no network asked knows node node-zz",
+        "(the nodes they know: node-a)",
+    );
+    // The node a network's own store serves holds that network's allocations.
+    let (ok, listed, stderr) = run(&[
+        "list",
+        "--json",
+        "--data-dir",
+        &data_dir,
+        "--node",
+        "node-a",
+    ]);
+    assert!(ok, "{stderr}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+    // A node with nothing listed but known to a network is an empty answer, not an
+    // error: node-b is its netconf's node, whose network holds nothing on it.
+    conf["ipam"]["nodeName"] = "node-b".into();
+    std::fs::write(&conf_file, conf.to_string()).unwrap();
+    Call::new("DEL", "c1").run(&conf).assert_ok();
+    let (ok, listed, stderr) = run(&["list", "--json", "--netconf", &conf_arg, "--node", "node-b"]);
     assert!(ok, "{stderr}");
     assert_eq!(listed.trim(), "[]");
+    // Reservations have no node: the two are refused together.
+    let (ok, _, stderr) = run(&["list", "--reservations", "--node", "node-a"]);
+    assert!(!ok && stderr.contains("--node"), "{stderr}");
 }

@@ -179,3 +179,80 @@ fn the_lock_is_released_before_the_commit_is_synced_and_the_answer_after() {
         "answered before the commit was durable: {lines:#?}"
     );
 }
+
+/// What an operator command left in `dir`: nothing if it does not exist, else its
+/// file names.
+fn contents(dir: &std::path::Path) -> Option<Vec<String>> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    Some(
+        entries
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+    )
+}
+
+/// Commands that only read (or act on what is there), pointed where there is no
+/// store (a typo in `--data-dir`, a node whose networks live in etcd), create none:
+/// each is refused with code 7, naming the file it looked for and the flag to pass,
+/// and leaves the place as it found it.
+#[test]
+fn reading_where_there_is_no_store_creates_none_and_names_the_path_and_the_flag() {
+    let node = Node::new();
+    let conf = conf(&node);
+    let conf_file = node.dir.path().join("net.conf");
+    std::fs::write(&conf_file, conf.to_string()).unwrap();
+    let valid = node.dir.path().join("valid");
+    std::fs::write(&valid, "").unwrap();
+    let backup = node.dir.path().join("backup.sqlite");
+    let made = node.dir.path().join("made");
+    std::fs::create_dir(&made).unwrap();
+    // The netconf's own dataDir, never called with, and a typo beside an empty one.
+    for dir in [node.data_dir(), node.dir.path().join("typo"), made.clone()] {
+        let before = contents(&dir);
+        let lines: Vec<Vec<std::ffi::OsString>> = vec![
+            vec!["store".into(), "check".into()],
+            vec![
+                "store".into(),
+                "backup".into(),
+                "--to".into(),
+                backup.clone().into(),
+            ],
+            vec!["list".into()],
+            vec!["list".into(), "--netconf".into(), conf_file.clone().into()],
+            vec!["stats".into()],
+            vec!["stats".into(), "--netconf".into(), conf_file.clone().into()],
+            vec!["forget".into(), "testnet".into()],
+            vec!["forget".into(), "testnet".into(), "--force".into()],
+            vec![
+                "gc".into(),
+                "--all-networks".into(),
+                "--valid-from".into(),
+                valid.clone().into(),
+                "--dry-run".into(),
+            ],
+        ];
+        for line in lines {
+            let mut args = line.clone();
+            args.extend([
+                "--data-dir".into(),
+                dir.clone().into(),
+                "--lock-file".into(),
+                node.lock_file().into(),
+            ]);
+            let (ok, stdout, stderr) = operator_output(&args);
+            let wanted = format!(
+                "no store at {}",
+                dir.join(wasm_ipam::store::DATABASE_FILE).display()
+            );
+            assert!(
+                !ok && stderr.contains("code 7")
+                    && stderr.contains(&wanted)
+                    && stderr.contains("pass --data-dir DIR"),
+                "{line:?} in {}: {stdout}{stderr}",
+                dir.display()
+            );
+            assert_eq!(contents(&dir), before, "{line:?} changed {}", dir.display());
+        }
+    }
+    assert!(!backup.exists(), "no backup of a store that is not there");
+}

@@ -8,7 +8,6 @@ use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
 use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock};
-use crate::store::{self, Store};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -36,32 +35,31 @@ fn netconf_else(what: &str, key: &str, default: &str) -> String {
 }
 
 impl StoreArgs {
-    /// The store and lock given, else the defaults.
-    pub fn place(&self) -> Result<StoreAndLock, CniError> {
-        self.place_for(None)
-    }
-
-    /// The store and lock given, else `netconf`'s (its `ipam.dataDir` and
-    /// `ipam.lockFile`, as a call with it would use), else the defaults.
+    /// The store and lock given, else `netconf`'s (its `ipam.dataDir`,
+    /// `ipam.lockFile` and `ipam.store`, as a call with it would use), else the
+    /// defaults (the embedded store).
     pub fn place_for(&self, netconf: Option<&Path>) -> Result<StoreAndLock, CniError> {
         let ipam = netconf
             .map(crate::operator::ask::read_netconf)
             .transpose()?
             .map(|conf| conf.ipam);
-        Ok(StoreAndLock {
-            data_dir: self
-                .data_dir
+        let mut place = StoreAndLock::embedded(
+            self.data_dir
                 .clone()
                 .or_else(|| ipam.as_ref().map(|i| i.data_dir.clone()))
                 .unwrap_or_else(|| DEFAULT_DATA_DIR.into()),
-            lock_file: self
-                .lock_file
+            self.lock_file
                 .clone()
                 .or_else(|| ipam.as_ref().map(|i| i.lock_file.clone()))
                 .unwrap_or_else(|| DEFAULT_LOCK_FILE.into()),
-            lock_timeout: Duration::try_from_secs_f64(self.lock_timeout)
+            Duration::try_from_secs_f64(self.lock_timeout)
                 .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
-        })
+        );
+        if let Some(ipam) = ipam {
+            place.node = ipam.node_name();
+            place.store = ipam.store;
+        }
+        Ok(place)
     }
 
     /// The network a netconf names, to ask its module on this store and lock.
@@ -81,18 +79,24 @@ impl StoreArgs {
         let _lock = lock::acquire(&place.lock_file, timeout)?;
         f(timeout.unwrap_or(Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS)))
     }
+}
 
-    /// Runs `f` on the embedded store, under the host-wide lock.
-    pub fn with_store<T>(
-        &self,
-        place: &StoreAndLock,
-        f: impl FnOnce(&mut dyn Store) -> Result<T, CniError>,
-    ) -> Result<T, CniError> {
-        self.under_lock(
-            place,
-            |wait| f(store::open(&place.data_dir, wait)?.as_mut()),
-        )
-    }
+/// A name the operator gave (a network, a node) that names nothing here: refused
+/// rather than answered with an empty table, listing the names that do (`known`,
+/// introduced by `known_as`), so a typo is seen at once. `said` says what was not
+/// found, `then` what to do.
+pub fn unknown<'a>(
+    said: &str,
+    known_as: &str,
+    known: impl IntoIterator<Item = &'a str>,
+    then: &str,
+) -> CniError {
+    let known: std::collections::BTreeSet<&str> = known.into_iter().collect();
+    let known = match known.is_empty() {
+        true => "none".to_string(),
+        false => known.into_iter().collect::<Vec<_>>().join(", "),
+    };
+    CniError::config(format!("{said} ({known_as}: {known}); {then}"))
 }
 
 /// The netconf's compile limits, for commands that compile a module outside a call.

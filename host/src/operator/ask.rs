@@ -13,7 +13,7 @@ use crate::lock;
 use crate::module::bindings::{inspect, nodes, types};
 use crate::module::instance::{Answer, Question};
 use crate::pipeline::{self, Label, Network, Session};
-use crate::store::{self, Records, ServedBy};
+use crate::store::{self, IfMissing, Records, ServedBy};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,22 +23,51 @@ pub struct StoreAndLock {
     pub data_dir: PathBuf,
     pub lock_file: PathBuf,
     pub lock_timeout: Duration,
+    /// Which store: a netconf's `ipam.store`, else the embedded one in `data_dir`.
+    pub store: StoreConfig,
+    /// The node the command runs as (a netconf's `ipam.nodeName`, else the hostname).
+    pub node: String,
 }
 
 impl StoreAndLock {
-    /// Runs `f` on the embedded store under the host-wide lock (and `store.lock`),
-    /// for what needs no module: the store's records, forgetting a network.
+    /// The embedded store in `data_dir` with this lock, as this node.
+    pub fn embedded(data_dir: PathBuf, lock_file: PathBuf, lock_timeout: Duration) -> Self {
+        StoreAndLock {
+            data_dir,
+            lock_file,
+            lock_timeout,
+            store: StoreConfig::Embedded,
+            node: crate::config::hostname(),
+        }
+    }
+
+    /// Runs `f` on the store under the host-wide lock (and, for the embedded store,
+    /// `store.lock`), for what needs no module: the store's records, its check and
+    /// backup, forgetting a network. A store that does not exist is an error naming
+    /// it: none of these creates one.
     pub fn with_store<T>(
         &self,
         f: impl FnOnce(&mut dyn store::Store) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
         let _lock = lock::acquire(&self.lock_file, Some(self.lock_timeout))?;
-        f(store::open(&self.data_dir, self.lock_timeout)?.as_mut())
+        let mut store = store::open_with(
+            &self.store,
+            &self.data_dir,
+            &self.node,
+            self.lock_timeout,
+            IfMissing::Refuse,
+        )?;
+        f(store.as_mut())
     }
 
     /// Every network the store has a record for, briefly under the lock.
     pub fn served(&self) -> Result<Records, CniError> {
         self.with_store(|s| s.served_by())
+    }
+
+    /// [`StoreAndLock::served`], with the store's name for a message.
+    pub fn records(&self) -> Result<(String, Records), CniError> {
+        self.with_store(|s| Ok((s.describe(), s.served_by()?)))
     }
 }
 
@@ -84,6 +113,7 @@ impl NetworkToAsk {
                 name: network.to_string(),
                 ipam,
                 config: served_by.config.clone(),
+                store_if_missing: IfMissing::Refuse,
             },
             served_by,
             conf,
@@ -94,9 +124,37 @@ impl NetworkToAsk {
     /// prefix, whichever node's calls recorded it), read without the lock: records
     /// only say which module serves which network.
     pub fn networks_of_store(&self) -> Result<Records, CniError> {
+        self.open_unlocked()?.served_by()
+    }
+
+    /// The nodes that have committed to the network, in a store nodes share (none
+    /// in the embedded store, which keeps no such record), read without the lock.
+    pub fn nodes_of_store(&self) -> Result<Vec<String>, CniError> {
+        if !self.shared() {
+            return Ok(Vec::new());
+        }
+        let last = self.open_unlocked()?.last_commits(&self.network)?;
+        Ok(last.into_iter().map(|(node, _)| node).collect())
+    }
+
+    /// The network's store, opened for reading what a node's calls record alongside
+    /// the module's entries, which need no consistent view with them.
+    fn open_unlocked(&self) -> Result<Box<dyn store::Store>, CniError> {
         let ipam = &self.settings.ipam;
-        let wait = ipam.deadline;
-        store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait)?.served_by()
+        store::open_with(
+            &ipam.store,
+            &ipam.data_dir,
+            &ipam.node_name(),
+            ipam.deadline,
+            IfMissing::Refuse,
+        )
+    }
+
+    /// For a command that writes (an import, a reservation): its run creates the
+    /// network's store if no call has yet, as a call would.
+    pub fn creating_store(mut self) -> Self {
+        self.settings.store_if_missing = IfMissing::Create;
+        self
     }
 
     /// NetworkToAsk as node `node`: a network recorded by another node's call carries that

@@ -47,14 +47,19 @@ pub struct Network {
     pub ipam: HostIpamConfig,
     /// [`NetConf::network_config`], when the host has one.
     pub config: Option<String>,
+    /// Whether the run may create the network's store: a CNI call does; an operator
+    /// command that only reads does not.
+    pub store_if_missing: store::IfMissing,
 }
 
 impl Network {
+    /// A CNI call's network: its store is created on the first call.
     pub fn of(conf: &NetConf) -> Self {
         Network {
             name: conf.name.clone(),
             ipam: conf.ipam.clone(),
             config: Some(conf.network_config()),
+            store_if_missing: store::IfMissing::Create,
         }
     }
 }
@@ -120,7 +125,15 @@ pub fn run<T>(
     steps: impl Fn(&mut Session) -> Result<T, CniError>,
 ) -> RunOutcome<T> {
     let ipam = &network.ipam;
-    let open = |wait| store::open_with(&ipam.store, &ipam.data_dir, &ipam.node_name(), wait);
+    let open = |wait| {
+        store::open_with(
+            &ipam.store,
+            &ipam.data_dir,
+            &ipam.node_name(),
+            wait,
+            network.store_if_missing,
+        )
+    };
     run_on(network, label, caller_gone, &open, steps)
 }
 

@@ -269,6 +269,10 @@ impl store::Store for Wrapped {
         self.inner.check()
     }
 
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
     fn backup(&self, to: &Path) -> Result<(), CniError> {
         self.inner.backup(to)
     }

@@ -548,6 +548,26 @@ fn unescape(escaped: &str) -> String {
     escaped.replace("%2F", "/").replace("%25", "%")
 }
 
+/// How an operator's message names an etcd store.
+fn named(endpoints: &str, prefix: &str) -> String {
+    format!("etcd store {endpoints} (prefix {prefix})")
+}
+
+/// `store restore`'s refusal for the etcd store `config` (see [`kept_by_etcd`]).
+pub fn restored_by_etcd(config: &EtcdConfig) -> CniError {
+    kept_by_etcd(&config.endpoints.join(","), &config.prefix, "restore")
+}
+
+/// Why `store backup` and `store restore` refuse an etcd store: etcd's own snapshot
+/// copies every network and node's keys at one revision, and putting one network's
+/// keys back under nodes still calling would undo their commits.
+fn kept_by_etcd(endpoints: &str, prefix: &str, action: &str) -> CniError {
+    CniError::config(format!(
+        "{}: `wasm-ipam store {action}` copies the embedded store only; nothing was done. Back up an etcd store with etcd's own snapshot, `etcdctl --endpoints {endpoints} snapshot save FILE`, and restore it with `etcdutl snapshot restore FILE` (docs/cluster.md, \"The keys in etcd\")",
+        named(endpoints, prefix)
+    ))
+}
+
 fn conflict(why: &str) -> CniError {
     CniError::new(
         code::TRY_AGAIN_LATER,
@@ -912,11 +932,12 @@ impl Store for EtcdStore {
         usage_problems(self)
     }
 
+    fn describe(&self) -> String {
+        named(&self.endpoints, &self.prefix)
+    }
+
     fn backup(&self, _to: &Path) -> Result<(), CniError> {
-        Err(CniError::new(
-            code::STORE_FAILURE,
-            "the etcd store is backed up by etcd itself: `etcdctl snapshot save` (see docs/cluster.md)",
-        ))
+        Err(kept_by_etcd(&self.endpoints, &self.prefix, "backup"))
     }
 
     fn conflicted(&self) -> bool {

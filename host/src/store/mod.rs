@@ -245,8 +245,13 @@ pub trait Store: Send {
     /// ([`usage_problems`]).
     fn check(&self) -> Result<Vec<String>, CniError>;
 
+    /// The store, as an operator's message names it: its directory, or its cluster
+    /// and prefix.
+    fn describe(&self) -> String;
+
     /// Writes a consistent copy of the whole store to `to`, a new file, for
-    /// [`restore`] to put back.
+    /// [`restore`] to put back; a store whose own tools back it up refuses, saying
+    /// which.
     fn backup(&self, to: &Path) -> Result<(), CniError>;
 
     /// Whether the last commit failed only because another writer changed what this
@@ -282,6 +287,18 @@ pub trait Store: Send {
     }
 }
 
+/// What opening a store does when there is none yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Create it: a CNI call, or an operator command that writes (an import, a
+    /// reservation) on a node where nothing has been committed yet.
+    Create,
+    /// Refuse, naming where it was looked for: a command that reads, or acts on what
+    /// is there, must create nothing (an empty store made by a typo in `--data-dir`
+    /// would answer "nothing here" about the wrong place).
+    Refuse,
+}
+
 /// Opens the embedded store in `data_dir`, creating it (or migrating a v0.1 redb
 /// store) when there is none. `wait` bounds the wait for a call using the same store
 /// under another lock file (see [`sqlite::STORE_LOCK`]).
@@ -292,19 +309,32 @@ pub fn open(data_dir: &Path, wait: Duration) -> Result<Box<dyn Store>, CniError>
 /// Opens the store `config` selects: the embedded one in `data_dir`, or etcd, with
 /// `wait` as the budget of opening (and, for etcd, of every request after). `node`
 /// is the node's name (etcd keeps a usage row per node); for etcd, `data_dir` is
-/// where the node's rate limiter keeps its state.
+/// where the node's rate limiter keeps its state. A cluster store always exists;
+/// `if_missing` says what to do when the embedded one does not.
 pub fn open_with(
     config: &StoreConfig,
     data_dir: &Path,
     node: &str,
     wait: Duration,
+    if_missing: IfMissing,
 ) -> Result<Box<dyn Store>, CniError> {
     match config {
-        StoreConfig::Embedded => open(data_dir, wait),
+        StoreConfig::Embedded => Ok(Box::new(sqlite::SqliteStore::open_as(
+            data_dir, wait, if_missing,
+        )?)),
         StoreConfig::Etcd(config) => Ok(Box::new(etcd::EtcdStore::open(
             config, node, data_dir, wait,
         )?)),
     }
+}
+
+/// The refusal of [`IfMissing::Refuse`]: which file is missing and how to name the
+/// right one.
+fn missing(path: &Path) -> CniError {
+    CniError::config(format!(
+        "no store at {}: no call has committed there, and this command creates none; pass --data-dir DIR naming the store the network's calls use (their ipam.dataDir); a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE",
+        path.display()
+    ))
 }
 
 /// Every network whose recorded usage (what the quota check reads) differs from the
@@ -329,12 +359,22 @@ fn usage_problems(store: &dyn Store) -> Result<Vec<String>, CniError> {
     Ok(problems)
 }
 
-/// Puts the backup `from` (made by [`Store::backup`]) in place of the store in
-/// `data_dir`, keeping what was there beside it under a `.replaced-<unix time>`
-/// suffix. Call it under the host-wide lock.
-/// `wait` bounds the wait for `store.lock`, as [`open`]'s does.
-pub fn restore(data_dir: &Path, from: &Path, wait: Duration) -> Result<PathBuf, CniError> {
-    sqlite::restore(data_dir, from, wait)
+/// Puts the backup `from` (made by [`Store::backup`]) in place of the store `config`
+/// selects. The embedded store in `data_dir` is replaced whole (it need not exist),
+/// what was there kept beside it under a `.replaced-<unix time>` suffix, whose path
+/// is returned; a store whose own tools restore it refuses, saying which. Call it
+/// under the host-wide lock. `wait` bounds the wait for `store.lock`, as [`open`]'s
+/// does.
+pub fn restore(
+    config: &StoreConfig,
+    data_dir: &Path,
+    from: &Path,
+    wait: Duration,
+) -> Result<PathBuf, CniError> {
+    match config {
+        StoreConfig::Embedded => sqlite::restore(data_dir, from, wait),
+        StoreConfig::Etcd(config) => Err(etcd::restored_by_etcd(config)),
+    }
 }
 
 fn store_error(what: &str, e: impl std::fmt::Display) -> CniError {
@@ -429,6 +469,51 @@ mod tests {
         drop(store);
         let reopened = open(dir.path(), Duration::ZERO).unwrap();
         assert_eq!(reopened.list("a", "").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn opening_to_read_where_there_is_no_store_creates_nothing_and_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let refused = |data: &Path| {
+            open_with(
+                &StoreConfig::Embedded,
+                data,
+                "n",
+                Duration::ZERO,
+                IfMissing::Refuse,
+            )
+            .err()
+            .expect("no store to open")
+        };
+        let err = refused(&data);
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG, "{err}");
+        assert!(
+            err.msg.contains(&format!(
+                "no store at {}",
+                data.join(DATABASE_FILE).display()
+            )) && err.msg.contains("pass --data-dir DIR"),
+            "{err}"
+        );
+        assert!(!data.exists(), "the directory is not created");
+        std::fs::create_dir(&data).unwrap();
+        refused(&data);
+        assert_eq!(
+            std::fs::read_dir(&data).unwrap().count(),
+            0,
+            "nothing in it either"
+        );
+
+        open(&data, Duration::ZERO).unwrap();
+        let store = open_with(
+            &StoreConfig::Embedded,
+            &data,
+            "n",
+            Duration::ZERO,
+            IfMissing::Refuse,
+        )
+        .unwrap();
+        assert_eq!(store.describe(), format!("store {}", data.display()));
     }
 
     #[test]

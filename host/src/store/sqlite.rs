@@ -26,7 +26,7 @@
 //! since a store that lost its entries would hand out addresses still in use.
 
 use super::{
-    AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Store, Usage,
+    AttachmentChange, AttachmentRecord, Changes, IfMissing, Quota, ServedBy, Store, Usage,
     WRITES_PER_CLOCK_CHECK, Written, check_quota, entry_bytes, legacy, store_error, too_late,
 };
 use crate::error::{CniError, code};
@@ -92,6 +92,8 @@ const CACHE_KIB: i64 = 2048;
 
 pub struct SqliteStore {
     conn: Connection,
+    /// The directory it is in, to name it.
+    data_dir: PathBuf,
     log: PathBuf,
     /// What [`Store::record_served_by`] asked to write with the next commit.
     served_by: Option<(String, String)>,
@@ -119,6 +121,25 @@ impl SqliteStore {
     /// it) when there is none; waits at most `wait` for a call using it under another
     /// lock file.
     pub fn open(data_dir: &Path, wait: Duration) -> Result<Self, CniError> {
+        Self::open_as(data_dir, wait, IfMissing::Create)
+    }
+
+    /// [`SqliteStore::open`]; with [`IfMissing::Refuse`], a directory that holds no
+    /// store (of this version or v0.1's, which is migrated as any call would) is an
+    /// error naming it, and nothing is created: not the directory, not `store.lock`.
+    pub fn open_as(
+        data_dir: &Path,
+        wait: Duration,
+        if_missing: IfMissing,
+    ) -> Result<Self, CniError> {
+        if if_missing == IfMissing::Refuse
+            && [DATABASE_FILE, legacy::LEGACY_FILE].iter().all(|file| {
+                matches!(fs::symlink_metadata(data_dir.join(file)),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+            })
+        {
+            return Err(super::missing(&data_dir.join(DATABASE_FILE)));
+        }
         files::private_dir(data_dir)
             .map_err(|e| store_error(&format!("cannot use {}", data_dir.display()), e))?;
         let lock = lock_store(data_dir, wait)?;
@@ -132,6 +153,7 @@ impl SqliteStore {
         check_identity(&conn, &path, damaged)?;
         Ok(SqliteStore {
             conn,
+            data_dir: data_dir.to_path_buf(),
             log: sidecar(&path, "-wal"),
             served_by: None,
             attachment: None,
@@ -752,6 +774,10 @@ impl Store for SqliteStore {
             problems = super::usage_problems(self)?;
         }
         Ok(problems)
+    }
+
+    fn describe(&self) -> String {
+        format!("store {}", self.data_dir.display())
     }
 
     fn backup(&self, to: &Path) -> Result<(), CniError> {

@@ -211,6 +211,8 @@ fn capabilities(
         name: "inspect".to_string(),
         ipam,
         config: None,
+        // Its own store, in a directory made for this run and removed after it.
+        store_if_missing: crate::store::IfMissing::Create,
     };
     let ran = pipeline::run(
         &network,

@@ -1,13 +1,17 @@
 //! `wasm-ipam forget NETWORK`: removes a network whose configuration is gone, so it
 //! no longer shows in `list` and `stats` nor holds store space. A network whose
 //! module still reports allocations is refused, and so is one whose module cannot be
-//! asked (it may hold addresses still in use): `--force` removes it anyway.
+//! asked (it may hold addresses still in use): `--force` removes it anyway. The store
+//! is the embedded one in `--data-dir`, or the one `--netconf`'s calls use (a network
+//! on etcd is forgotten there, for every node, by the store's own removal of its key
+//! range); a store that does not exist is an error naming it, and nothing is created.
 
 use crate::error::{CniError, code};
 use crate::module::instance::{Answer, Question};
-use crate::operator::args::{Output, StoreArgs};
+use crate::operator::args::{Output, StoreArgs, unknown};
 use crate::operator::ask::{NetworkToAsk, StoreAndLock};
 use crate::pipeline::Writes;
+use std::collections::BTreeSet;
 
 /// Remove a network whose configuration is gone: its store entries and its record.
 /// Refused while its module reports allocations, or cannot be asked, unless --force.
@@ -17,6 +21,11 @@ pub struct Forget {
     pub network: String,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// The store this network configuration (or conflist) uses (its `ipam.store`,
+    /// `ipam.dataDir` and `ipam.lockFile`): for a network on etcd, any network's
+    /// configuration on the same etcd store and prefix.
+    #[arg(long)]
+    pub netconf: Option<std::path::PathBuf>,
     /// Forget it even if it may hold addresses still in use.
     #[arg(long)]
     pub force: bool,
@@ -24,24 +33,35 @@ pub struct Forget {
 
 impl Forget {
     pub fn run(self) -> Result<Output, CniError> {
-        Ok(forget(&self.store.place()?, &self.network, self.force)?.into())
+        let place = self.store.place_for(self.netconf.as_deref())?;
+        Ok(forget(&place, &self.network, self.force)?.into())
     }
 }
 
 /// Removes `network`; says what went.
 pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String, CniError> {
-    let (served, usage) = place.with_store(|s| {
-        let served = s
-            .served_by()?
-            .into_iter()
-            .find(|(name, _)| name == network)
-            .map(|(_, record)| record);
-        Ok((served, s.usage(network)?))
-    })?;
+    let (store, records, usage) =
+        place.with_store(|s| Ok((s.describe(), s.served_by()?, s.usage(network)?)))?;
+    let served = records
+        .iter()
+        .find(|(name, _)| name == network)
+        .map(|(_, record)| record.clone());
     if served.is_none() && usage.entries == 0 {
-        return Err(CniError::config(format!(
-            "the store holds nothing for network {network}"
-        )));
+        // What could have been meant: every network recorded, or holding entries
+        // without a record (as an older host or a crash left one).
+        let mut known: BTreeSet<String> = records.into_iter().map(|(name, _)| name).collect();
+        known.extend(
+            place
+                .with_store(|s| s.entries(None))?
+                .into_iter()
+                .map(|e| e.0),
+        );
+        return Err(unknown(
+            &format!("{store} holds nothing for network {network}"),
+            "the networks it holds",
+            known.iter().map(String::as_str),
+            "nothing was forgotten: check the name, and for a network on etcd pass --netconf FILE naming a network on the same store",
+        ));
     }
     let removed = if force {
         let (removed, written) = place.with_store(|s| s.forget(network))?;
@@ -92,7 +112,7 @@ fn forget_if_empty(
                     Err(CniError::new(
                         code::INVALID_NETWORK_CONFIG,
                         format!(
-                            "still holds {} allocation(s) (wasm-ipam list --network {network}); release them, or pass --force to forget it anyway",
+                            "still holds {} allocation(s) (wasm-ipam list --network {network}, with this command's --netconf or --data-dir); release them, or pass --force to forget it anyway",
                             list.len()
                         ),
                     ))
@@ -119,11 +139,11 @@ mod tests {
     /// and no record of its module (as one an older host or a crash left).
     fn place_with(network: &str, entries: usize) -> (tempfile::TempDir, StoreAndLock) {
         let dir = tempfile::tempdir().unwrap();
-        let place = StoreAndLock {
-            data_dir: dir.path().join("data"),
-            lock_file: dir.path().join("lock"),
-            lock_timeout: Duration::from_secs(30),
-        };
+        let place = StoreAndLock::embedded(
+            dir.path().join("data"),
+            dir.path().join("lock"),
+            Duration::from_secs(30),
+        );
         let changes: Changes = (0..entries)
             .map(|i| (format!("ip/10.0.0.{i}"), Some(b"c1/eth0".to_vec())))
             .collect();
@@ -159,7 +179,14 @@ mod tests {
     fn a_network_the_store_does_not_hold_is_named() {
         let (_dir, place) = place_with("kept", 1);
         let err = forget(&place, "other", true).unwrap_err();
-        assert_eq!(err.msg, "the store holds nothing for network other");
+        assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
+        assert_eq!(
+            err.msg,
+            format!(
+                "store {} holds nothing for network other (the networks it holds: kept); nothing was forgotten: check the name, and for a network on etcd pass --netconf FILE naming a network on the same store",
+                place.data_dir.display()
+            )
+        );
         let said = forget(&place, "kept", true).unwrap();
         assert_eq!(said, "forgot network kept: 1 store entry and its record\n");
     }

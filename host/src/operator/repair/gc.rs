@@ -87,10 +87,11 @@ impl GcCommand {
             (Some(_), _) => inventory::networks(&place, None, self.netconf.as_deref())?,
             (None, true) => place.served()?,
             (None, false) => {
-                let mut all = place.served()?;
+                let (store, mut all) = place.records()?;
                 for name in &self.network {
                     if !all.iter().any(|(n, _)| n == name) {
-                        return Err(inventory::not_recorded(name, &place));
+                        let known: Vec<String> = all.iter().map(|(n, _)| n.clone()).collect();
+                        return Err(inventory::not_recorded(name, &store, &known));
                     }
                 }
                 all.retain(|(n, _)| self.network.contains(n));

@@ -187,15 +187,15 @@ pub fn unknown(
     known: &std::collections::BTreeSet<String>,
     node: &str,
 ) -> CniError {
-    let known: Vec<&str> = known.iter().map(String::as_str).collect();
-    CniError::config(format!(
-        "node {node} has never committed to network {} in this store (the nodes that have: {}); nothing was released: check the name (ipam.nodeName, else the node's hostname)",
-        networks.join(", "),
-        match known.is_empty() {
-            true => "none".to_string(),
-            false => known.join(", "),
-        }
-    ))
+    crate::operator::args::unknown(
+        &format!(
+            "node {node} has never committed to network {} in this store",
+            networks.join(", ")
+        ),
+        "the nodes that have",
+        known.iter().map(String::as_str),
+        "nothing was released: check the name (ipam.nodeName, else the node's hostname)",
+    )
 }
 
 /// Why `node` may not be released now, from each node's last commit (Unix seconds):

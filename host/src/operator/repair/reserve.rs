@@ -185,7 +185,8 @@ pub struct ReserveCommand {
 impl ReserveCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let net = cidr(&self.cidr)?;
-        let asked = self.store.network_of(&self.netconf)?;
+        // A reservation may come before any pod: it creates the store as a call would.
+        let asked = self.store.network_of(&self.netconf)?.creating_store();
         let mut notes = Vec::new();
         let made = reserve(&asked, net, &self.note, self.force, &mut notes)?;
         Ok(Output::with_notes(

@@ -1,5 +1,10 @@
-//! `wasm-ipam store check | backup | restore`: the embedded store's own repair
-//! (SECURITY.md, "When the store is damaged"), each under the host-wide lock.
+//! `wasm-ipam store check | backup | restore`: the store's own repair (SECURITY.md,
+//! "When the store is damaged"), each under the host-wide lock, on the store a
+//! netconf's calls use (`--netconf`) or the embedded one in `--data-dir`. `check` and
+//! `backup` create nothing: a store that does not exist is an error naming it. What
+//! differs per store is the store's own ([`crate::store::Store`]): the etcd store is
+//! checked like the embedded one, and refuses to be backed up or restored other
+//! than by etcd's snapshot, saying so.
 
 use crate::error::{CniError, code};
 use crate::operator::args::{Output, StoreArgs};
@@ -15,20 +20,32 @@ pub enum StoreCommand {
     Check {
         #[command(flatten)]
         store: StoreArgs,
+        /// The store this network configuration (or conflist) uses: its
+        /// `ipam.store`, `ipam.dataDir` and `ipam.lockFile`.
+        #[arg(long)]
+        netconf: Option<PathBuf>,
     },
-    /// Write a consistent copy of the store to a new file, under the lock.
+    /// Write a consistent copy of the store to a new file, under the lock (the
+    /// embedded store; an etcd store is refused: use `etcdctl snapshot save`).
     Backup {
         #[command(flatten)]
         store: StoreArgs,
+        /// As for `check`.
+        #[arg(long)]
+        netconf: Option<PathBuf>,
         /// The new file.
         #[arg(long)]
         to: PathBuf,
     },
     /// Put a backup in place of the store, under the lock; what was there is kept
-    /// beside it.
+    /// beside it (the embedded store; an etcd store is refused: use
+    /// `etcdutl snapshot restore`).
     Restore {
         #[command(flatten)]
         store: StoreArgs,
+        /// As for `check`.
+        #[arg(long)]
+        netconf: Option<PathBuf>,
         /// A file written by `wasm-ipam store backup`.
         #[arg(long)]
         from: PathBuf,
@@ -38,41 +55,33 @@ pub enum StoreCommand {
 impl StoreCommand {
     pub fn run(self) -> Result<Output, CniError> {
         match self {
-            StoreCommand::Check { store } => {
-                let place = store.place()?;
-                let (problems, entries) =
-                    store.with_store(&place, |s| Ok((s.check()?, s.entries(None)?.len())))?;
+            StoreCommand::Check { store, netconf } => {
+                let place = store.place_for(netconf.as_deref())?;
+                let (name, problems, entries) =
+                    place.with_store(|s| Ok((s.describe(), s.check()?, s.entries(None)?.len())))?;
                 match problems.is_empty() {
-                    true => Ok(format!(
-                        "store {}: ok, {entries} entries\n",
-                        place.data_dir.display()
-                    )
-                    .into()),
+                    true => Ok(format!("{name}: ok, {entries} entries\n").into()),
                     false => Err(CniError::new(
                         code::STORE_FAILURE,
-                        format!(
-                            "store {} is damaged: {}",
-                            place.data_dir.display(),
-                            problems.join("; ")
-                        ),
+                        format!("{name} is damaged: {}", problems.join("; ")),
                     )
                     .with_details("see SECURITY.md, \"When the store is damaged\"")),
                 }
             }
-            StoreCommand::Backup { store, to } => {
-                let place = store.place()?;
-                store.with_store(&place, |s| s.backup(&to))?;
-                Ok(format!(
-                    "backed up {} to {}\n",
-                    place.data_dir.display(),
-                    to.display()
-                )
-                .into())
+            StoreCommand::Backup { store, netconf, to } => {
+                let place = store.place_for(netconf.as_deref())?;
+                let name = place.with_store(|s| s.backup(&to).map(|()| s.describe()))?;
+                Ok(format!("backed up {name} to {}\n", to.display()).into())
             }
-            StoreCommand::Restore { store, from } => {
-                let place = store.place()?;
-                let kept = store
-                    .under_lock(&place, |wait| store::restore(&place.data_dir, &from, wait))?;
+            StoreCommand::Restore {
+                store,
+                netconf,
+                from,
+            } => {
+                let place = store.place_for(netconf.as_deref())?;
+                let kept = store.under_lock(&place, |wait| {
+                    store::restore(&place.store, &place.data_dir, &from, wait)
+                })?;
                 Ok(format!(
                     "restored {} from {}; the store it replaced, if any, is kept as {}\n",
                     place.data_dir.display(),
@@ -104,11 +113,12 @@ mod tests {
             "2",
         ])
         .unwrap();
-        let Operation::Store(StoreCommand::Check { store }) = cli.command else {
+        let Operation::Store(StoreCommand::Check { store, netconf }) = cli.command else {
             panic!("not store check")
         };
         assert_eq!(store.data_dir, Some(PathBuf::from("/d")));
         assert_eq!(store.lock_timeout, 2.0);
+        assert_eq!(netconf, None);
     }
 
     #[test]
@@ -127,6 +137,7 @@ mod tests {
                 lock_file: Some(dir.path().join("lock")),
                 lock_timeout: 5.0,
             },
+            netconf: None,
         };
         let err = check.run().unwrap_err();
         assert_eq!(err.code, code::STORE_FAILURE, "{}", err.msg);

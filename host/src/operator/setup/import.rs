@@ -130,11 +130,11 @@ pub struct ImportHostLocal {
 
 impl ImportHostLocal {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = StoreAndLock {
-            data_dir: self.store_dir.clone(),
-            lock_file: self.lock_file.clone(),
-            lock_timeout: Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
-        };
+        let place = StoreAndLock::embedded(
+            self.store_dir.clone(),
+            self.lock_file.clone(),
+            Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
+        );
         let named = self
             .netconf
             .as_deref()
@@ -170,7 +170,8 @@ impl ImportHostLocal {
                         ))
                     })?,
             };
-            let asked = NetworkToAsk::new(name, served_by, &place)?;
+            // An import is the first thing a node moving from host-local commits.
+            let asked = NetworkToAsk::new(name, served_by, &place)?.creating_store();
             let r = import_host_local(&asked, &self.data_dir.join(name), &mut notes)?;
             text += &format!(
                 "{name}: imported {} entr{} into {}; {} already present\n",

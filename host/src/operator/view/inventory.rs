@@ -140,35 +140,94 @@ pub fn allocation_table(allocations: &[Allocation]) -> String {
     table.render()
 }
 
-/// Which networks to ask, and by which module: the store's records (all, or
-/// `network` only), or the one network a netconf names.
+/// Which networks to ask, and by which module: the one network a netconf names,
+/// asked by its module; else the store's records (all, or `network` only). With both,
+/// a `network` other than the netconf's is asked by its record in the netconf's
+/// store (a network on etcd whose conflist is gone). A `network` with no record is
+/// an error listing those that have one.
 pub fn networks(
     place: &StoreAndLock,
     network: Option<&str>,
     netconf: Option<&Path>,
 ) -> Result<Records, CniError> {
-    if let Some(path) = netconf {
-        let (name, served_by) = crate::operator::ask::from_netconf(path)?;
-        return Ok(vec![(name, Ok(served_by))]);
+    let configured = netconf
+        .map(crate::operator::ask::from_netconf)
+        .transpose()?;
+    if let Some((name, served_by)) = &configured
+        && network.is_none_or(|wanted| wanted == name)
+    {
+        return Ok(vec![(name.clone(), Ok(served_by.clone()))]);
     }
-    let mut served = place.served()?;
+    let (store, mut served) = place.records()?;
     if let Some(network) = network {
+        let known: Vec<String> = served
+            .iter()
+            .map(|(name, _)| name.clone())
+            .chain(configured.map(|(name, _)| name))
+            .collect();
         served.retain(|(name, _)| name == network);
         if served.is_empty() {
-            return Err(not_recorded(network, place));
+            return Err(not_recorded(network, &store, &known));
         }
     }
     Ok(served)
 }
 
-/// Why `--network NAME` names nothing here: the node's own store records only the
-/// networks it serves itself; a network on a shared store (etcd) is named by its
-/// configuration.
-pub fn not_recorded(network: &str, place: &StoreAndLock) -> CniError {
-    CniError::config(format!(
-        "no module is recorded for network {network} in the store at {}: no call has committed to it there; a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE (its conflist, e.g. /etc/cni/net.d/10-{network}.conflist)",
-        place.data_dir.display()
-    ))
+/// Why `--network NAME` names nothing in `store` (whose networks are `known`): a
+/// typo, or a network the node's own store does not record because its store is
+/// etcd, which a netconf names.
+pub fn not_recorded(network: &str, store: &str, known: &[String]) -> CniError {
+    crate::operator::args::unknown(
+        &format!("no module is recorded for network {network} in {store}"),
+        "the networks it records",
+        known.iter().map(String::as_str),
+        &format!(
+            "no call has committed to it there: check the name; a network whose store is etcd is recorded in etcd, not on the node: name it with --netconf FILE (its conflist, e.g. /etc/cni/net.d/10-{network}.conflist)"
+        ),
+    )
+}
+
+/// The allocations on `node`: those whose module reports them there (a shared
+/// network's `node` attribute), and, when `node` is this node, those of a network
+/// whose store is this node's own. A node that no network asked knows is an error
+/// listing those they know, rather than an empty answer.
+pub fn on_node(
+    place: &StoreAndLock,
+    networks: Records,
+    node: &str,
+    mut allocations: Vec<Allocation>,
+) -> Result<Vec<Allocation>, CniError> {
+    let (asked, _) = asked_all(place, networks);
+    let own: BTreeMap<&str, String> = asked
+        .iter()
+        .filter(|a| !a.shared())
+        .map(|a| (a.network.as_str(), a.node_name()))
+        .collect();
+    let node_of = |a: &Allocation| -> Option<String> {
+        a.attributes
+            .get("node")
+            .cloned()
+            .or_else(|| own.get(a.network.as_str()).cloned())
+    };
+    let mut known: std::collections::BTreeSet<String> =
+        allocations.iter().filter_map(&node_of).collect();
+    allocations.retain(|a| node_of(a).as_deref() == Some(node));
+    if !allocations.is_empty() {
+        return Ok(allocations);
+    }
+    known.extend(own.values().cloned());
+    for a in asked.iter().filter(|a| a.shared()) {
+        known.extend(a.nodes_of_store()?);
+    }
+    match known.contains(node) {
+        true => Ok(allocations),
+        false => Err(crate::operator::args::unknown(
+            &format!("no network asked knows node {node}"),
+            "the nodes they know",
+            known.iter().map(String::as_str),
+            "nothing is listed: check the name (ipam.nodeName, else the node's hostname)",
+        )),
+    }
 }
 
 /// Asks each network's module for operator command `command` what `ask` asks it

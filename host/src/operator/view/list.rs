@@ -17,12 +17,15 @@ pub struct List {
     #[arg(long)]
     pub network: Option<String>,
     /// Ask the module this network configuration (or conflist) names, for its
-    /// network, instead of the one the store recorded.
+    /// network, instead of the one the store recorded; its store is the one read.
+    /// With --network naming another network, that network's record in this store.
     #[arg(long)]
     pub netconf: Option<PathBuf>,
-    /// Only allocations the module reports on this node (its `node` attribute): for a
-    /// network shared by nodes through etcd, whose `list` is cluster-wide.
-    #[arg(long)]
+    /// Only allocations on this node: those the module reports there (its `node`
+    /// attribute, for a network shared by nodes through etcd, whose `list` is
+    /// cluster-wide), and for this node, those of a network whose store is its own.
+    /// A node no network knows is an error listing those they know.
+    #[arg(long, conflicts_with = "reservations")]
     pub node: Option<String>,
     /// JSON instead of a table.
     #[arg(long)]
@@ -46,9 +49,9 @@ impl List {
             });
         }
         crate::test_hook::test_panic("list");
-        let mut allocations = inventory::allocations(&place, networks, &mut notes);
+        let mut allocations = inventory::allocations(&place, networks.clone(), &mut notes);
         if let Some(node) = &self.node {
-            allocations.retain(|a| a.attributes.get("node") == Some(node));
+            allocations = inventory::on_node(&place, networks, node, allocations)?;
         }
         Ok(match self.json {
             true => Output::json(&allocations, notes),
