@@ -217,7 +217,7 @@ mod tests {
             lock_file: None,
             lock_timeout: LOCK_TIMEOUT_SECONDS,
         }
-        .place()
+        .place_for(None)
         .unwrap();
         assert_eq!(place.lock_file, Path::new(DEFAULT_LOCK_FILE));
         assert_eq!(place.data_dir, Path::new(DEFAULT_DATA_DIR));
