@@ -188,6 +188,24 @@ pub fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> 
     written
 }
 
+/// A small record of ours at `path`, kept whole or not at all: `Some` writes it
+/// ([`write_atomically`], 0600, its directory made private), `None` removes it (one
+/// already absent is no error).
+pub fn put_record(path: &Path, bytes: Option<&[u8]>) -> io::Result<()> {
+    match bytes {
+        Some(bytes) => {
+            if let Some(dir) = path.parent() {
+                private_dir(dir)?;
+            }
+            write_atomically(path, bytes, FILE_MODE)
+        }
+        None => match fs::remove_file(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
 /// Makes a rename or a new name in `dir` durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

@@ -75,6 +75,15 @@ impl Learned {
     }
 }
 
+/// Now, in Unix seconds: the clock the node's records (this one, the etcd store's
+/// node records, `gc`'s grace) are stamped with; before 1970 reads as 0.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs()
+}
+
 const DIR: &str = "status";
 
 /// The record's file name: the network name with every byte outside
@@ -172,15 +181,10 @@ pub fn record(data_dir: &Path, network: &str, learned: &Learned, now: u64) -> st
     if after == before {
         return Ok(());
     }
-    if after.is_empty() {
-        return match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        };
-    }
-    files::private_dir(&data_dir.join(DIR))?;
-    let json = serde_json::to_vec(&after).map_err(std::io::Error::other)?;
-    files::write_atomically(&path, &json, 0o600)
+    let json = (!after.is_empty())
+        .then(|| serde_json::to_vec(&after).map_err(std::io::Error::other))
+        .transpose()?;
+    files::put_record(&path, json.as_deref())
 }
 
 #[cfg(test)]

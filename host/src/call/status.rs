@@ -23,10 +23,7 @@ use crate::{files, lock, pipeline, store};
 /// The answer to STATUS for `network` with `ipam`: `Ok` when the node can serve ADDs.
 /// Each condition is logged when it begins and when it ends ([`status_log`]).
 pub fn answer(network: &str, ipam: &HostIpamConfig) -> Result<(), CniError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
+    let now = health::unix_now();
     let seen = |what: &str, condition: &Condition, severity, since: Option<u64>| Seen {
         what: what.to_string(),
         condition: condition.clone(),

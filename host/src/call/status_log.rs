@@ -76,17 +76,8 @@ pub fn log_changes(data_dir: &Path, network: &str, now_seen: Vec<Seen>, now: u64
     if after == before {
         return;
     }
-    let written = if after.is_empty() {
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    } else {
-        files::private_dir(path.parent().expect("a file under status-logged"))
-            .and_then(|()| serde_json::to_vec(&after).map_err(std::io::Error::other))
-            .and_then(|json| files::write_atomically(&path, &json, 0o600))
-    };
-    if let Err(e) = written {
+    let json = (!after.is_empty()).then(|| serde_json::to_vec(&after).expect("serialisable"));
+    if let Err(e) = files::put_record(&path, json.as_deref()) {
         tracing::debug!(target: "status", "cannot remember what STATUS logged: {e}");
     }
 }

@@ -523,13 +523,6 @@ impl Drop for EtcdStore {
     }
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
-}
-
 /// One of `ipam.store.tls`'s PEM files, read as a call reads it (CNI STATUS checks
 /// them the same way, without connecting).
 pub fn read_tls_file(path: &Path) -> Result<Vec<u8>, CniError> {
@@ -836,7 +829,7 @@ impl Store for EtcdStore {
         let mine = SignedUsage {
             entries: mine.entries + delta.entries,
             bytes: mine.bytes + delta.bytes,
-            last: Some(unix_now()),
+            last: Some(crate::health::unix_now()),
         };
         let own_row = serde_json::to_vec(&mine).expect("serialisable");
         ops.push(TxnOp::put(own_key.clone(), own_row.clone(), None));

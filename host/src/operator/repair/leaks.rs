@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// Calico's leak grace period, and the default here (`--grace`).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(15 * 60);
@@ -86,7 +86,7 @@ pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, Cni
             }
         }
     }
-    let asked_at = unix_now();
+    let asked_at = crate::health::unix_now();
     let live = options.runtime.live(options.timeout)?;
     for (asked, held) in before {
         let mut found: BTreeMap<(String, String, IpAddr), Leak> = BTreeMap::new();
@@ -122,13 +122,6 @@ pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, Cni
         out.leaks.extend(leaks);
     }
     Ok(out)
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs()
 }
 
 /// The network's allocations, as its module reports them.
