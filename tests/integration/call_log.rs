@@ -7,12 +7,6 @@
 use crate::harness::*;
 use serde_json::{Value, json};
 
-fn sha256_of(path: &std::path::Path) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(std::fs::read(path).unwrap());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The invocation records' (level, command, container, code).
 fn records(node: &Node) -> Vec<(String, String, String, u64)> {
     node.log_lines("invocation")
@@ -38,7 +32,7 @@ fn at_log_level_warn_every_failed_call_is_logged_and_no_success() {
     let dir = node.data_dir().parent().unwrap().to_path_buf();
     let module = dir.join("pinned.wasm");
     std::fs::copy(host_local_module(), &module).unwrap();
-    let ipam = |level: &str| json!({"subnet": "10.1.7.0/30", "logLevel": level, "moduleSha256": sha256_of(&module)});
+    let ipam = |level: &str| json!({"subnet": "10.1.7.0/30", "logLevel": level, "moduleSha256": sha256_hex(&module)});
     let conf = node.netconf("1.1.0", &module, ipam("warn"));
     Call::new("ADD", "c1").run(&conf).assert_ok();
     // A /30 less its gateway holds one: the second ADD fails, the pool's doing (WARN).

@@ -105,6 +105,12 @@ pub fn shared_cache_dir() -> PathBuf {
     workspace().join("target/modules/cache")
 }
 
+/// A file's sha256, in lowercase hex (as `ipam.moduleSha256` and OCI digests write it).
+pub fn sha256_hex(path: &Path) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(std::fs::read(path).unwrap()))
+}
+
 pub fn probe_module() -> PathBuf {
     modules_dir().join("probe.wasm")
 }

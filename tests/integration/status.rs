@@ -69,11 +69,7 @@ fn status_fails_for_this_node_s_own_faults() {
     // A module pinned by digest, then replaced by another: it fails verification.
     let module = dir.join("pinned.wasm");
     std::fs::copy(host_local_module(), &module).unwrap();
-    let sha = {
-        use sha2::Digest;
-        let d = sha2::Sha256::digest(std::fs::read(&module).unwrap());
-        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    };
+    let sha = sha256_hex(&module);
     let conf = node.netconf(
         "1.1.0",
         &module,

@@ -223,12 +223,6 @@ fn module_dir_entries(dir: &Path) -> Vec<String> {
     names
 }
 
-fn sha256_hex(path: &Path) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(std::fs::read(path).unwrap());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A refused pull: non-zero, the message has `says`, and nothing was written.
 fn assert_refused(dir: &Path, reference: &str, extra: &[&str], says: &str) {
     let (ok, stdout, stderr) = pull(dir, reference, extra);
