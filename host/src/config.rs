@@ -68,7 +68,32 @@ pub enum StoreConfig {
     Embedded,
     /// A cluster-wide store on etcd (see [`crate::store::etcd`]).
     Etcd(EtcdConfig),
+    /// A cluster-wide store in the Kubernetes API (see [`crate::store::kubernetes`]).
+    Kubernetes(KubernetesConfig),
 }
+
+/// `ipam.store` with `"type": "kubernetes"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesConfig {
+    /// The node's kubeconfig, read on every call (a rotated token or certificate is
+    /// picked up by rewriting the file).
+    pub kubeconfig: PathBuf,
+    /// The kubeconfig's context to use; its current-context when unset.
+    pub context: Option<String>,
+    /// The node-wide request rate: a token bucket refilled at `qps`, holding `burst`.
+    pub qps: f64,
+    pub burst: u32,
+    /// `timeoutSeconds`: the longest one request may go unanswered before the call
+    /// answers code 11; at most the deadline.
+    pub timeout: Duration,
+}
+
+/// Calico's per-process client-go limits (its CNI plugin's defaults), here the node's.
+pub const DEFAULT_KUBERNETES_QPS: f64 = 5.0;
+pub const DEFAULT_KUBERNETES_BURST: u32 = 100;
+/// An apiserver answers a GET or PUT in milliseconds; 5 s rides through a leader
+/// change of its etcd, as etcd's own default does.
+pub const DEFAULT_KUBERNETES_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `ipam.store` with `"type": "etcd"`.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +140,17 @@ const MIN_ETCD_TIMEOUT: Duration = Duration::from_secs(1);
 enum RawStore {
     Embedded {},
     Etcd(RawEtcd),
+    Kubernetes(RawKubernetes),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RawKubernetes {
+    kubeconfig: PathBuf,
+    context: Option<String>,
+    qps: Option<f64>,
+    burst: Option<u32>,
+    timeout_seconds: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +179,7 @@ impl StoreConfig {
         let etcd = match raw {
             None | Some(RawStore::Embedded {}) => return Ok(StoreConfig::Embedded),
             Some(RawStore::Etcd(etcd)) => etcd,
+            Some(RawStore::Kubernetes(kube)) => return kubernetes_from_raw(kube, deadline),
         };
         let bad = |what: &str| CniError::config(format!("ipam.store: {what}"));
         if etcd.endpoints.is_empty() {
@@ -186,19 +223,7 @@ impl StoreConfig {
         if max_txn_ops < 8 {
             return Err(bad("maxTxnOps must be at least 8"));
         }
-        let timeout = match etcd.timeout_seconds {
-            None => DEFAULT_ETCD_TIMEOUT.min(deadline),
-            Some(s) => Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|t| (MIN_ETCD_TIMEOUT..=deadline).contains(t))
-                .ok_or_else(|| {
-                    bad(&format!(
-                        "timeoutSeconds must be at least {} and at most deadlineSeconds ({})",
-                        MIN_ETCD_TIMEOUT.as_secs(),
-                        deadline.as_secs_f64()
-                    ))
-                })?,
-        };
+        let timeout = store_timeout(etcd.timeout_seconds, DEFAULT_ETCD_TIMEOUT, deadline)?;
         let tls = etcd
             .tls
             .map(|t| {
@@ -230,6 +255,52 @@ impl StoreConfig {
             tls,
         }))
     }
+}
+
+/// `timeoutSeconds` of a cluster store: `default` unless set, never past the deadline.
+fn store_timeout(
+    seconds: Option<f64>,
+    default: Duration,
+    deadline: Duration,
+) -> Result<Duration, CniError> {
+    match seconds {
+        None => Ok(default.min(deadline)),
+        Some(s) => Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|t| (MIN_ETCD_TIMEOUT..=deadline).contains(t))
+            .ok_or_else(|| {
+                CniError::config(format!(
+                    "ipam.store: timeoutSeconds must be at least {} and at most deadlineSeconds ({})",
+                    MIN_ETCD_TIMEOUT.as_secs(),
+                    deadline.as_secs_f64()
+                ))
+            }),
+    }
+}
+
+fn kubernetes_from_raw(raw: RawKubernetes, deadline: Duration) -> Result<StoreConfig, CniError> {
+    let bad = |what: &str| CniError::config(format!("ipam.store: {what}"));
+    if !raw.kubeconfig.is_absolute() {
+        return Err(bad(&format!(
+            "kubeconfig must be an absolute path, not {:?}",
+            raw.kubeconfig
+        )));
+    }
+    let qps = raw.qps.unwrap_or(DEFAULT_KUBERNETES_QPS);
+    if !(qps.is_finite() && qps > 0.0) {
+        return Err(bad("qps must be a positive number"));
+    }
+    let burst = raw.burst.unwrap_or(DEFAULT_KUBERNETES_BURST);
+    if burst == 0 {
+        return Err(bad("burst must be at least 1"));
+    }
+    Ok(StoreConfig::Kubernetes(KubernetesConfig {
+        kubeconfig: raw.kubeconfig,
+        context: raw.context.filter(|c| !c.is_empty()),
+        qps,
+        burst,
+        timeout: store_timeout(raw.timeout_seconds, DEFAULT_KUBERNETES_TIMEOUT, deadline)?,
+    }))
 }
 
 #[derive(Deserialize, Default)]
@@ -687,7 +758,7 @@ mod tests {
             format!(r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"module":"/m.wasm",{ipam}}}}}"#);
         match parse(&json)?.ipam.store {
             StoreConfig::Etcd(etcd) => Ok(etcd.timeout),
-            StoreConfig::Embedded => panic!("not etcd"),
+            _ => panic!("not etcd"),
         }
     }
 

@@ -13,3 +13,31 @@ pub fn test_panic(point: &str) {
     #[cfg(not(debug_assertions))]
     let _ = point;
 }
+
+/// What the test suite asks of a cluster store's `n`th write (counted from 1 in one
+/// process): nothing, a `kill -9` of the process as soon as the write was answered
+/// (`WASM_IPAM_TEST_KILL_AFTER_WRITE=n`), or its answer lost although the write
+/// landed (`WASM_IPAM_TEST_LOSE_ANSWER_OF_WRITE=n`). Debug builds only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteHook {
+    None,
+    LoseAnswer,
+}
+
+/// Applies the hook for the `n`th write (killing the process for a kill).
+pub fn after_write(n: u64) -> WriteHook {
+    #[cfg(debug_assertions)]
+    {
+        let asks = |var: &str| std::env::var(var).is_ok_and(|v| v == n.to_string());
+        if asks("WASM_IPAM_TEST_KILL_AFTER_WRITE") {
+            // SAFETY: raising a signal on this process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if asks("WASM_IPAM_TEST_LOSE_ANSWER_OF_WRITE") {
+            return WriteHook::LoseAnswer;
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = n;
+    WriteHook::None
+}

@@ -107,6 +107,16 @@ fn own_faults(ipam: &HostIpamConfig) -> Result<(), CniError> {
             }
             Ok(())
         }
+        // Only the file: STATUS contacts no remote store.
+        StoreConfig::Kubernetes(kube) => {
+            std::fs::metadata(&kube.kubeconfig).map(drop).map_err(|e| {
+                CniError::config(format!(
+                    "ipam.store.kubeconfig: cannot read {}",
+                    kube.kubeconfig.display()
+                ))
+                .with_details(e)
+            })
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use crate::operator::modules::{inspect::Inspect, new::New, precompile::Precompil
 use crate::operator::repair::release_node::ReleaseNodeCommand;
 use crate::operator::repair::reserve::{ReserveCommand, UnreserveCommand};
 use crate::operator::repair::{forget::Forget, gc::GcCommand, store::StoreCommand};
+use crate::operator::setup::kubernetes::KubernetesCommand;
 use crate::operator::setup::{import::ImportHostLocal, install::Install};
 use crate::operator::view::{list::List, stats::Stats};
 use clap::{Parser, Subcommand};
@@ -53,6 +54,8 @@ pub enum Operation {
     List(List),
     Stats(Stats),
     Install(Install),
+    #[command(subcommand)]
+    Kubernetes(KubernetesCommand),
     ImportHostLocal(ImportHostLocal),
     Gc(GcCommand),
     Forget(Forget),
@@ -75,6 +78,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
         Operation::List(command) => command.run(),
         Operation::Stats(command) => command.run(),
         Operation::Install(command) => command.run(),
+        Operation::Kubernetes(command) => command.run(),
         Operation::ImportHostLocal(command) => command.run(),
         Operation::Gc(command) => command.run(),
         Operation::Forget(command) => command.run(),

@@ -286,7 +286,7 @@ fn attempts<T>(
     let mut store = match open(deadline.remaining()) {
         Ok(store) => store,
         Err(e) => {
-            if matches!(ipam.store, StoreConfig::Etcd(_)) {
+            if !matches!(ipam.store, StoreConfig::Embedded) {
                 report.learned.store = StoreSeen::Unreached(Condition::of(&e));
             }
             return Err(e);
@@ -322,6 +322,7 @@ fn attempts<T>(
         break result;
     };
     report.etcd = store.etcd_figures();
+    report.kubernetes = store.kubernetes_figures();
     report.learned.store = store.seen();
     result
 }

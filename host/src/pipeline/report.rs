@@ -68,6 +68,8 @@ pub(super) struct GuestReport {
     pub retries: u32,
     /// What the run did with etcd, when the network's store is etcd.
     pub etcd: Option<store::etcd::Figures>,
+    /// What the Kubernetes store did, when the store is the Kubernetes API.
+    pub kubernetes: Option<store::kubernetes::Figures>,
     /// Its commit filled the store's transaction ([`super::RunOutcome::full`]).
     pub full: bool,
     /// What the run learned for CNI STATUS ([`crate::health`]).
@@ -89,6 +91,7 @@ pub(super) fn log(
         .unwrap_or_default();
     let guest = &report.guest;
     let etcd = guest.etcd.unwrap_or_default();
+    let kube = guest.kubernetes.unwrap_or_default();
     let level = level_of(error);
     let (outcome, error_code, error) = match error {
         None => ("ok", 0, String::new()),
@@ -125,6 +128,10 @@ pub(super) fn log(
                 etcd_conflicts = etcd.conflicts,
                 etcd_ms = ms(etcd.etcd_time),
                 etcd_rate_wait_ms = ms(etcd.rate_wait),
+                kube_requests = kube.requests,
+                kube_conflicts = kube.conflicts,
+                kube_ms = ms(kube.api_time),
+                kube_rate_wait_ms = ms(kube.rate_wait),
                 outcome,
                 error_code,
                 error = %error,

@@ -47,8 +47,6 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-mod rate;
-
 /// The longest a connect to one member may take before the next member is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause before trying every member again once each has failed.
@@ -59,7 +57,10 @@ const ROUND_PAUSE: Duration = Duration::from_millis(100);
 /// and still try two others (a three-member cluster's other two) within the bound.
 const TRIES_PER_TIMEOUT: u32 = 3;
 
-pub use rate::RateLimiter;
+use super::rate::RateLimiter;
+
+/// The node's etcd rate limiter's state, in `dataDir`.
+pub const RATE_FILE: &str = "etcd-rate";
 
 /// What one call did with etcd, for its log line and the metrics.
 #[derive(Debug, Clone, Copy, Default)]
@@ -168,7 +169,7 @@ impl EtcdStore {
                 Err(_) => return Err(out_of_budget("connecting", endpoint)),
             }
         }
-        let limiter = RateLimiter::open(data_dir, config.qps, config.burst)?;
+        let limiter = RateLimiter::open(data_dir, "etcd", RATE_FILE, config.qps, config.burst)?;
         let first = node.bytes().fold(0usize, |h, b| {
             h.wrapping_mul(31).wrapping_add(usize::from(b))
         }) % clients.len();

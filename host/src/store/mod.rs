@@ -9,7 +9,9 @@
 //! has one writer at a time.
 
 pub mod etcd;
+pub mod kubernetes;
 mod legacy;
+mod rate;
 pub mod sqlite;
 
 use crate::config::StoreConfig;
@@ -270,6 +272,11 @@ pub trait Store: Send {
         None
     }
 
+    /// What the call did with the Kubernetes API, when the store is Kubernetes.
+    fn kubernetes_figures(&self) -> Option<kubernetes::Figures> {
+        None
+    }
+
     /// Whether a cluster store answered this call's last request, for CNI STATUS
     /// ([`crate::health`]); `Unknown` for the embedded store.
     fn seen(&self) -> crate::health::StoreSeen {
@@ -325,6 +332,9 @@ pub fn open_with(
         StoreConfig::Etcd(config) => Ok(Box::new(etcd::EtcdStore::open(
             config, node, data_dir, wait,
         )?)),
+        StoreConfig::Kubernetes(config) => Ok(Box::new(kubernetes::KubernetesStore::open(
+            config, node, data_dir, wait,
+        )?)),
     }
 }
 
@@ -374,6 +384,7 @@ pub fn restore(
     match config {
         StoreConfig::Embedded => sqlite::restore(data_dir, from, wait),
         StoreConfig::Etcd(config) => Err(etcd::restored_by_etcd(config)),
+        StoreConfig::Kubernetes(config) => Err(kubernetes::restored_by_kubernetes(config)),
     }
 }
 

@@ -2,3 +2,4 @@
 pub mod cni_versions;
 pub mod import;
 pub mod install;
+pub mod kubernetes;

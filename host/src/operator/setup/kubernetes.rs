@@ -1,0 +1,22 @@
+//! `wasm-ipam kubernetes`: what a cluster needs before its nodes keep their addresses
+//! in the Kubernetes API (`"store": {"type": "kubernetes"}`).
+
+use crate::error::CniError;
+use crate::operator::args::Output;
+use crate::store::kubernetes::manifests;
+
+#[derive(clap::Subcommand, Debug, PartialEq)]
+pub enum KubernetesCommand {
+    /// Print the CustomResourceDefinition of the store's objects and the least RBAC
+    /// for the nodes (a ClusterRole bound to the group system:nodes), as YAML for
+    /// `kubectl apply -f -`.
+    Manifests,
+}
+
+impl KubernetesCommand {
+    pub fn run(self) -> Result<Output, CniError> {
+        match self {
+            KubernetesCommand::Manifests => Ok(manifests::all().into()),
+        }
+    }
+}
