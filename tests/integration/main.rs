@@ -25,6 +25,8 @@ mod host_local_module;
 mod host_local_parity;
 mod hostile;
 mod install;
+mod kube_api;
+mod kube_store;
 mod local_security;
 mod log_rotation;
 mod main_plugins;

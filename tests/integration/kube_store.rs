@@ -1,0 +1,499 @@
+//! The Kubernetes store (`"store": {"type": "kubernetes"}`) against a real
+//! kube-apiserver and its etcd (scripts/kube-peers.sh, started by [`KubeApi`]), with
+//! RBAC on: the CRD and the nodes' RBAC applied as `wasm-ipam kubernetes manifests`
+//! prints them, and each simulated node calling with a kubeconfig of its own identity
+//! (`system:node:<name>` in `system:nodes`), as a kubelet's credentials are.
+
+use crate::etcd::{list_json, operator_on, write_conf};
+use crate::harness::*;
+use crate::kube_api::KubeApi;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The shared apiserver, with the store's CRD and RBAC applied (once).
+fn api() -> &'static KubeApi {
+    static READY: OnceLock<()> = OnceLock::new();
+    let api = KubeApi::shared();
+    READY.get_or_init(|| apply_manifests(api));
+    api
+}
+
+fn apply_manifests(api: &KubeApi) {
+    let manifests = operator_output(["kubernetes", "manifests"]);
+    assert!(manifests.0, "{}", manifests.2);
+    api.apply(&manifests.1);
+    let established = api.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/ipamshards.ipam.wasm-ipam.dev",
+    ]);
+    assert!(
+        established.status.success(),
+        "{}",
+        String::from_utf8_lossy(&established.stderr)
+    );
+}
+
+/// A node's kubeconfig: the identity its kubelet has.
+fn node_kubeconfig(api: &KubeApi, node: &str) -> PathBuf {
+    api.kubeconfig_for(&format!("system:node:{node}"), &["system:nodes"])
+}
+
+fn store(kubeconfig: &Path) -> Value {
+    json!({"type": "kubernetes", "kubeconfig": kubeconfig})
+}
+
+/// `nodes` simulated nodes of network `network` on the shared apiserver, running
+/// cluster-pool with these `ipam` keys.
+fn cluster(network: &str, nodes: usize, ipam: &Value) -> (Vec<Node>, Vec<Value>) {
+    let api = api();
+    let cluster: Vec<Node> = (0..nodes).map(|_| Node::new()).collect();
+    let confs = cluster
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            let name = format!("{network}-node-{n}");
+            let mut conf = node.netconf("1.1.0", &cluster_pool_module(), ipam.clone());
+            conf["name"] = network.into();
+            conf["ipam"]["nodeName"] = name.clone().into();
+            conf["ipam"]["store"] = store(&node_kubeconfig(api, &name));
+            conf
+        })
+        .collect();
+    (cluster, confs)
+}
+
+/// The objects of `network` as the admin reads them: name → spec.
+fn objects(network: &str) -> BTreeMap<String, Value> {
+    let out = api().kubectl(&["get", "ipamshards", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["spec"]["network"] == network)
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                o["spec"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Every entry of `network`'s objects, by key; panics on a key held twice.
+fn entries(network: &str) -> BTreeMap<String, Value> {
+    let mut all = BTreeMap::new();
+    for spec in objects(network).values() {
+        for entry in spec["entries"].as_array().into_iter().flatten() {
+            let key = entry["key"].as_str().unwrap().to_string();
+            let value: Value = serde_json::from_str(entry["value"].as_str().unwrap_or("null"))
+                .unwrap_or(Value::Null);
+            assert!(all.insert(key.clone(), value).is_none(), "{key} twice");
+        }
+    }
+    all
+}
+
+/// The addresses the blocks of `network` hand out, with their holder.
+fn held(network: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (key, block) in entries(network) {
+        if !key.starts_with("blk/") {
+            continue;
+        }
+        for (ip, holder) in block["ips"].as_object().into_iter().flatten() {
+            let id = holder["id"].as_str().unwrap_or_default().to_string();
+            assert!(out.insert(ip.clone(), id).is_none(), "{ip} held twice");
+        }
+    }
+    out
+}
+
+/// No object of `network` is locked.
+fn unlocked(network: &str) -> bool {
+    objects(network).values().all(|s| s.get("lock").is_none())
+}
+
+fn kube_requests(node: &Node) -> Vec<u64> {
+    node.log_lines("invocation")
+        .iter()
+        .map(|l| l["kube_requests"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn adds_and_dels_on_two_nodes_go_to_the_api_and_each_node_writes_its_own_objects() {
+    let network = "k-basic";
+    let ipam = json!({"cidr": "10.70.0.0/16", "blockSize": 26});
+    let (nodes, confs) = cluster(network, 2, &ipam);
+    let a = Call::new("ADD", "pod-a")
+        .run(&confs[0])
+        .address()
+        .to_string();
+    let b = Call::new("ADD", "pod-b")
+        .run(&confs[1])
+        .address()
+        .to_string();
+    assert_ne!(a, b);
+    // Again for the same container: the same address, nothing new.
+    assert_eq!(Call::new("ADD", "pod-a").run(&confs[0]).address(), a);
+    let holders = held(network);
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    assert_eq!(holders[a.split('/').next().unwrap()], "pod-a");
+    // Each node's records lie in objects of their own: own/<node> and aff/<node>.
+    let keys = entries(network);
+    for n in 0..2 {
+        let node = format!("{network}-node-{n}");
+        assert!(keys.contains_key(&format!("own/{node}/pod-{}/eth0", ["a", "b"][n])));
+        assert!(keys.keys().any(|k| k.starts_with(&format!("aff/{node}/"))));
+    }
+    assert!(unlocked(network));
+    // kubectl shows the objects with their network, role, group and size.
+    let table = api().kubectl(&["get", "ipamshards"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.lines().next().unwrap().contains("NETWORK")
+            && table.contains(network)
+            && table.contains("ENTRIES"),
+        "{table}"
+    );
+    // Every call's log record states the API requests it made.
+    let requests = kube_requests(&nodes[0]);
+    assert!(requests.iter().all(|&r| r > 0), "{requests:?}");
+    eprintln!("API requests per call on node 0 (ADD, ADD again): {requests:?}");
+
+    // list reads the cluster through the module's inspect export.
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let (ok, stdout, stderr) = list_json(&nodes[0], &conf_file, &[]);
+    assert!(ok, "{stderr}");
+    let rows: Vec<Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rows.len(), 2, "{stdout}");
+
+    Call::new("DEL", "pod-a").run(&confs[0]).assert_ok();
+    Call::new("DEL", "pod-b").run(&confs[1]).assert_ok();
+    Call::new("DEL", "pod-b").run(&confs[1]).assert_ok();
+    assert!(held(network).is_empty());
+    assert!(!entries(network).keys().any(|k| k.starts_with("own/")));
+    let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+}
+
+/// Three nodes racing for blocks of one pool, 40 ADDs each at once: every address
+/// distinct, every call answered ok the first time (what a runtime sees), nothing
+/// locked after.
+#[test]
+fn three_nodes_claiming_blocks_at_once_all_succeed_first_time_with_distinct_addresses() {
+    let network = "k-storm";
+    let ipam = json!({"cidr": "10.71.0.0/16", "blockSize": 27, "deadlineSeconds": 120, "lockTimeoutSeconds": 600});
+    let (nodes, mut confs) = cluster(network, 3, &ipam);
+    // The node's limiter at its default (5/s) would make this a test of the limiter:
+    // 40 ADDs of about 20 requests each on one node.
+    for conf in &mut confs {
+        conf["ipam"]["store"]["qps"] = 200.into();
+    }
+    let per_node = 40;
+    let started = Instant::now();
+    let replies: Vec<Reply> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .flat_map(|n| (0..per_node).map(move |i| (n, i)))
+            .map(|(n, i)| {
+                let conf = &confs[n];
+                s.spawn(move || Call::new("ADD", &format!("n{n}-c{i}")).run(conf))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let failed: Vec<&Reply> = replies.iter().filter(|r| !r.success).collect();
+    let total = replies.len();
+    eprintln!(
+        "{total} ADDs on 3 nodes in {:?}: {} failed",
+        started.elapsed(),
+        failed.len()
+    );
+    assert!(
+        failed.len() * 100 <= total,
+        "more than 1% failed: {:?}",
+        failed.first()
+    );
+    let distinct: BTreeSet<&str> = replies
+        .iter()
+        .filter(|r| r.success)
+        .map(|r| r.address())
+        .collect();
+    assert_eq!(distinct.len(), total - failed.len());
+    assert!(unlocked(network));
+    assert_eq!(held(network).len(), total - failed.len());
+    let retries: u64 = nodes
+        .iter()
+        .flat_map(|n| n.log_lines("invocation"))
+        .map(|l| l["store_retries"].as_u64().unwrap())
+        .sum();
+    eprintln!("conflict retries: {retries}");
+}
+
+/// A call killed right after each of its API writes in turn, and a call whose write
+/// landed but whose answer was lost: the next call (or `store check`) finishes or
+/// undoes the commit; no address is doubled or lost, nothing stays locked.
+#[test]
+fn a_kill_after_any_write_of_a_commit_and_a_lost_answer_leave_nothing_doubled_or_lost() {
+    let network = "k-kill";
+    let ipam = json!({"cidr": "10.72.0.0/16", "blockSize": 28});
+    let (nodes, confs) = cluster(network, 2, &ipam);
+    // Warm: the node's first block is claimed, so later ADDs are the steady case.
+    Call::new("ADD", "warm").run(&confs[0]).assert_ok();
+    // How many writes an ADD makes: a reference ADD, counted by the number of
+    // writes the kill hook can reach (a kill past the last write kills nothing).
+    let mut killed_at = Vec::new();
+    for n in 1..=12 {
+        let id = format!("kill-{n}");
+        let reply = Call::new("ADD", &id)
+            .env("WASM_IPAM_TEST_KILL_AFTER_WRITE", n.to_string())
+            .run(&confs[0]);
+        if reply.success {
+            // Past the commit's last write: every write was made.
+            eprintln!("an ADD makes {} writes", n - 1);
+            break;
+        }
+        killed_at.push(n);
+        // The runtime tries again (ADD), and the pod is deleted later: both work.
+        let again = Call::new("ADD", &id).run(&confs[0]);
+        let address = again.address().to_string();
+        let holders = held(network);
+        assert_eq!(
+            holders
+                .get(address.split('/').next().unwrap())
+                .map(String::as_str),
+            Some(id.as_str()),
+            "after a kill at write {n}: {holders:?}"
+        );
+        assert!(unlocked(network), "after a kill at write {n}");
+        // The other node sees the same and allocates something else.
+        let other = Call::new("ADD", &format!("other-{n}")).run(&confs[1]);
+        assert_ne!(other.address(), address);
+    }
+    assert!(
+        killed_at.len() >= 3,
+        "a commit makes several writes: {killed_at:?}"
+    );
+    // Killed DELs: the address is freed once, by the DEL the runtime repeats.
+    for n in killed_at.clone() {
+        let id = format!("kill-{n}");
+        // A DEL makes fewer writes than an ADD: one killed past its last write
+        // succeeded, and the DEL the runtime repeats is a DEL of nothing.
+        Call::new("DEL", &id)
+            .env("WASM_IPAM_TEST_KILL_AFTER_WRITE", n.to_string())
+            .run(&confs[0]);
+        Call::new("DEL", &id).run(&confs[0]).assert_ok();
+        assert!(!held(network).values().any(|h| *h == id), "{id} after DEL");
+    }
+    // A lost answer after each write: the call either succeeds or fails with 11, and
+    // the state agrees with what the runtime was told.
+    for n in 1..=killed_at.len() {
+        let id = format!("lost-{n}");
+        let reply = Call::new("ADD", &id)
+            .env("WASM_IPAM_TEST_LOSE_ANSWER_OF_WRITE", n.to_string())
+            .run(&confs[0]);
+        if !reply.success {
+            assert_eq!(reply.error_code(), 11, "{reply:?}");
+        }
+        let again = Call::new("ADD", &id).run(&confs[0]);
+        if reply.success {
+            assert_eq!(reply.address(), again.address());
+        }
+        assert!(unlocked(network), "after a lost answer at write {n}");
+    }
+    // Everything held is held once (held() asserts), each pod has one address.
+    let holders = held(network);
+    let mut per_pod: BTreeMap<&str, usize> = BTreeMap::new();
+    for id in holders.values() {
+        *per_pod.entry(id).or_default() += 1;
+    }
+    assert!(per_pod.values().all(|&c| c == 1), "{per_pod:?}");
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+}
+
+/// 401, 403 and a server the kubeconfig's CA did not sign: each a clear error naming
+/// the kubeconfig (and for 403 the verb, the resource and the command that prints the
+/// RBAC); a kubeconfig missing, malformed or naming a context it lacks likewise.
+#[test]
+fn bad_credentials_and_bad_kubeconfigs_are_named_with_what_to_do() {
+    let api = api();
+    let node = Node::new();
+    let run = |kubeconfig: &Path, extra: Value| {
+        let mut conf = node.netconf(
+            "1.1.0",
+            &cluster_pool_module(),
+            json!({"cidr": "10.73.0.0/16"}),
+        );
+        conf["name"] = "k-auth".into();
+        conf["ipam"]["nodeName"] = "k-auth-node".into();
+        let mut s = store(kubeconfig);
+        for (k, v) in extra.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        conf["ipam"]["store"] = s;
+        Call::new("ADD", "pod").run(&conf)
+    };
+    let reply = run(&api.kubeconfig_bad_token(), json!({}));
+    assert!(
+        reply.msg().contains("401") && reply.msg().contains("kubeconfig"),
+        "{reply:?}"
+    );
+    let nobody = api.kubeconfig_for("nobody", &[]);
+    let reply = run(&nobody, json!({}));
+    assert!(
+        reply.msg().contains("403")
+            && reply.msg().contains("ipamshards")
+            && reply.msg().contains("wasm-ipam kubernetes manifests"),
+        "{reply:?}"
+    );
+    let reply = run(&api.kubeconfig_wrong_ca(), json!({}));
+    assert!(reply.msg().contains("certificate"), "{reply:?}");
+    let missing = node.dir.path().join("missing.kubeconfig");
+    let reply = run(&missing, json!({}));
+    assert_eq!(reply.error_code(), 7);
+    assert!(
+        reply.msg().contains(&*missing.to_string_lossy()),
+        "{reply:?}"
+    );
+    let malformed = node.dir.path().join("malformed.kubeconfig");
+    std::fs::write(&malformed, "clusters: [{{{").unwrap();
+    let reply = run(&malformed, json!({}));
+    assert_eq!(reply.error_code(), 7, "{reply:?}");
+    let reply = run(
+        &node_kubeconfig(api, "k-auth-node"),
+        json!({"context": "nowhere"}),
+    );
+    assert_eq!(reply.error_code(), 7, "{reply:?}");
+    assert!(reply.msg().contains("nowhere"), "{reply:?}");
+    // Nothing was written by any of them.
+    assert!(objects("k-auth").is_empty());
+}
+
+/// An object edited by hand to hold one key twice is refused by the apiserver itself
+/// (the entries are a map keyed by key); one whose entry's key belongs to another
+/// group is named by the call, which changes nothing.
+#[test]
+fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
+    let network = "k-schema";
+    let (_nodes, confs) = cluster(network, 1, &json!({"cidr": "10.74.0.0/16"}));
+    let given = Call::new("ADD", "pod").run(&confs[0]);
+    given.assert_ok();
+    let (name, spec) = objects(network)
+        .into_iter()
+        .find(|(_, s)| s["group"].as_str().unwrap().starts_with("own/"))
+        .unwrap();
+    let entry = spec["entries"][0].clone();
+    let patch = json!({"spec": {"entries": [entry.clone(), entry]}});
+    let out = api().kubectl(&[
+        "patch",
+        "ipamshards",
+        &name,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Duplicate value"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut moved = spec["entries"][0].clone();
+    moved["key"] = "blk/elsewhere/x".into();
+    let patch = json!({"spec": {"entries": [moved]}});
+    let out = api().kubectl(&[
+        "patch",
+        "ipamshards",
+        &name,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(out.status.success());
+    let reply = Call::new("ADD", "pod").run(&confs[0]);
+    assert_eq!(reply.error_code(), 104, "{reply:?}");
+    assert!(
+        reply.msg().contains(&name) && reply.msg().contains("edited by hand"),
+        "{reply:?}"
+    );
+    // Put back as the operator would: the call then finds its address again, nothing
+    // lost, and the other tests' `check` sees a sound store.
+    let patch = json!({"spec": {"entries": spec["entries"]}});
+    let out = api().kubectl(&[
+        "patch",
+        "ipamshards",
+        &name,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let again = Call::new("ADD", "pod").run(&confs[0]);
+    again.assert_ok();
+    assert_eq!(again.address(), given.address());
+}
+
+/// The apiserver stopped, then frozen: calls answer 11 within `timeoutSeconds` (plus
+/// the call's own start), STATUS contacts no store and stays ready; after recovery
+/// the same calls succeed.
+#[test]
+fn with_the_apiserver_stopped_or_frozen_calls_answer_11_within_the_timeout_and_recover() {
+    let mut own = KubeApi::start();
+    apply_manifests(&own);
+    let node = Node::new();
+    let name = "k-outage-node";
+    let kubeconfig = own.kubeconfig_for(&format!("system:node:{name}"), &["system:nodes"]);
+    let mut conf = node.netconf(
+        "1.1.0",
+        &cluster_pool_module(),
+        json!({"cidr": "10.75.0.0/16", "deadlineSeconds": 30}),
+    );
+    conf["name"] = "k-outage".into();
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] =
+        json!({"type": "kubernetes", "kubeconfig": kubeconfig, "timeoutSeconds": 2});
+    // The first write after the CRD is established waits while the apiserver readies
+    // its storage (about 2 s here): that call gets room, the test is about the outage.
+    let mut first = conf.clone();
+    first["ipam"]["store"]["timeoutSeconds"] = 20.into();
+    Call::new("ADD", "before").run(&first).assert_ok();
+    for outage in ["stopped", "frozen"] {
+        match outage {
+            "stopped" => own.stop(),
+            _ => own.freeze(),
+        }
+        let started = Instant::now();
+        let reply = Call::new("ADD", &format!("during-{outage}")).run(&conf);
+        let took = started.elapsed();
+        assert_eq!(reply.error_code(), 11, "{outage}: {reply:?}");
+        assert!(
+            took < Duration::from_secs(2) + Duration::from_secs(8),
+            "{outage}: the call took {took:?}"
+        );
+        let status = Call::new("STATUS", "").run(&conf);
+        assert!(status.success, "STATUS contacts no store: {status:?}");
+        eprintln!("{outage}: an ADD answered 11 after {took:?}");
+        match outage {
+            "stopped" => own.restart(),
+            _ => own.thaw(),
+        }
+        own.wait_ready().unwrap();
+    }
+    let after = Call::new("ADD", "during-stopped").run(&conf);
+    after.assert_ok();
+    Call::new("ADD", "during-frozen").run(&conf).assert_ok();
+    Call::new("DEL", "before").run(&conf).assert_ok();
+}
