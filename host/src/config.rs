@@ -174,6 +174,26 @@ struct RawEtcdTls {
 }
 
 impl StoreConfig {
+    /// A cluster store as the node's records name it, and its `timeoutSeconds`; none
+    /// for the embedded store, which is never out of reach.
+    pub fn remote(&self) -> Option<(String, Duration)> {
+        match self {
+            StoreConfig::Embedded => None,
+            StoreConfig::Etcd(etcd) => Some((
+                format!("etcd {} {}", etcd.endpoints.join(","), etcd.prefix),
+                etcd.timeout,
+            )),
+            StoreConfig::Kubernetes(kube) => Some((
+                format!(
+                    "kubernetes {} {}",
+                    kube.kubeconfig.display(),
+                    kube.context.as_deref().unwrap_or("")
+                ),
+                kube.timeout,
+            )),
+        }
+    }
+
     /// `deadline` is the call's: no store timeout may pass it.
     fn from_raw(raw: Option<RawStore>, deadline: Duration) -> Result<Self, CniError> {
         let etcd = match raw {

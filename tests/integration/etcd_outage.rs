@@ -1,7 +1,7 @@
 //! The etcd store when etcd is down, frozen or losing members, against a real etcd
 //! (the `Etcd` helper of [`crate::etcd`]): a call that cannot reach etcd answers code
 //! 11 within `ipam.store.timeoutSeconds` and frees the node's lock, calls queued
-//! behind it wait about that bound each, a cluster that loses one member of three
+//! behind it answer at once from the silence it met, a cluster that loses one member of three
 //! fails no call, and the log holds only wasm-ipam's and the module's lines.
 
 use crate::etcd::{Etcd, node_conf};
@@ -56,10 +56,11 @@ impl Outage {
 }
 
 /// With the one member stopped, then frozen: one ADD at the defaults answers 11
-/// within `timeoutSeconds`; 20 calls queued on the node's lock all answer within 20
-/// times their bound, and a host-local network on the same lock, queued behind 5 of
-/// them, is served long before the last; once etcd is back the first call succeeds
-/// and the store holds exactly what succeeded.
+/// within `timeoutSeconds`; 20 calls queued on the node's lock behind it answer at
+/// once from the silence it met (at most two of them ask etcd), and a host-local
+/// network on the same lock, queued behind 5 of them, is served within that bound;
+/// once etcd is back a call succeeds within `timeoutSeconds` and the store holds
+/// exactly what succeeded.
 #[test]
 fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
     let _serial = exclusive();
@@ -120,26 +121,47 @@ fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
         let local_took = released.elapsed();
         let local_address = local_reply.address().to_string();
         let mut last = Duration::ZERO;
+        let mut asked = 0;
         for child in etcd_calls {
             let reply = reply(child.wait_with_output().unwrap());
             assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
+            if !reply.msg().contains("did not answer a call") {
+                asked += 1;
+            }
             last = released.elapsed();
         }
         eprintln!(
-            "{outage:?}: host-local served after {local_took:?}, 20 queued calls answered after {last:?}"
+            "{outage:?}: host-local served after {local_took:?}, 20 queued calls answered after {last:?}, {asked} of them asking etcd"
         );
-        let bound = |calls: u32| queued_timeout * calls + MARGIN * 4;
-        assert!(last < bound(20), "{outage:?}: the 20 took {last:?}");
+        // The silence one call met is remembered for its timeoutSeconds: the rest of
+        // the queue answers at once (a slow machine may let the memory lapse once).
+        assert!(asked <= 2, "{outage:?}: {asked} calls waited for etcd");
+        let bound = queued_timeout * 2 + MARGIN;
+        assert!(last < bound, "{outage:?}: the 20 took {last:?}");
         assert!(
-            local_took < bound(6),
+            local_took < bound,
             "{outage:?}: host-local waited {local_took:?}"
         );
-        assert!(local_took + queued_timeout * 10 < last, "{outage:?}");
         assert!(local_address.starts_with("10.84.0."), "{local_address}");
 
         outage.end(&mut etcd);
+        // As a runtime does: the call is tried again until it succeeds, which it
+        // does once the remembered silence has lapsed (the store's timeoutSeconds).
         let id = format!("back{round}");
-        let address = Call::new("ADD", &id).run(&conf).address().to_string();
+        let back = Instant::now();
+        let address = loop {
+            let reply = Call::new("ADD", &id).run(&conf);
+            if reply.success {
+                break reply.address().to_string();
+            }
+            assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
+            assert!(
+                back.elapsed() < DEFAULT_TIMEOUT + MARGIN,
+                "{outage:?}: still refused {:?} after etcd came back: {reply:?}",
+                back.elapsed()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        };
         held.push(address.split('/').next().unwrap().to_string());
         let mut entries: Vec<String> = etcd
             .keys("/o/n/testnet/e/ip/")

@@ -93,6 +93,7 @@ fn run(
         command: invocation.command.as_str().to_string(),
         container_id: invocation.container_id.clone(),
         ifname: invocation.ifname.clone(),
+        operator: false,
     };
     let network = Network::of(&conf);
     let run = || {

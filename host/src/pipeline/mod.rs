@@ -32,7 +32,9 @@ use crate::module::cache::ModuleCache;
 use crate::module::host::{GuestLine, GuestLog, GuestState, GuestStore};
 use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Question};
 use crate::module::trust::Policies;
-use crate::store::{self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written};
+use crate::store::{
+    self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written, silence,
+};
 use crate::test_hook::test_panic;
 pub use report::Label;
 use report::{GuestReport, Report, Timings};
@@ -158,7 +160,7 @@ fn run_on<T>(
     }
     let started = Instant::now();
     let mut report = Report::default();
-    let (result, loaded) = locked(network, caller_gone, open, &steps, &mut report);
+    let (result, loaded) = locked(network, label, caller_gone, open, &steps, &mut report);
     report::log(label, network, started, &report, result.as_ref().err());
     let now = report.timings.as_ref().map_or(0, |t| {
         t.granted
@@ -184,6 +186,7 @@ fn run_on<T>(
 
 fn locked<T>(
     network: &Network,
+    label: &Label,
     caller_gone: &dyn Fn() -> bool,
     open: OpenStore,
     steps: &dyn Fn(&mut Session) -> Result<T, CniError>,
@@ -207,7 +210,18 @@ fn locked<T>(
     };
     let deadline = Deadline::from_grant(&lock, ipam.deadline);
     let mut guest = GuestReport::default();
-    let result = attempts(&loaded, network, deadline, open, steps, &mut guest);
+    let result = match remembered_silence(ipam, label) {
+        Some(e) => {
+            guest.learned.store = StoreSeen::Unreached(Condition::of(&e));
+            Err(e)
+        }
+        None => {
+            silence::take_heard();
+            let result = attempts(&loaded, network, deadline, open, steps, &mut guest);
+            note_silence(ipam, &result);
+            result
+        }
+    };
     let lock_wait = lock.waited();
     drop(lock);
     let lock_hold = deadline.elapsed();
@@ -226,6 +240,37 @@ fn locked<T>(
     });
     report.guest = guest;
     (result, Some(loaded))
+}
+
+/// A runtime's call on a cluster store that a call before it, within the store's
+/// `timeoutSeconds`, found silent: answered at once, so the calls queued behind a
+/// frozen store do not each wait for it under the lock.
+fn remembered_silence(ipam: &HostIpamConfig, label: &Label) -> Option<CniError> {
+    let (store, window) = ipam.store.remote().filter(|_| !label.operator)?;
+    let (msg, ago) = silence::recalled(&ipam.data_dir, &store, window)?;
+    Some(CniError::new(
+        code::TRY_AGAIN_LATER,
+        format!(
+            "the store did not answer a call {:.1} s ago ({msg}); for ipam.store.timeoutSeconds ({} s) after that, calls on it answer at once so that those queued behind do not each wait for it. This call sent nothing and changed nothing; a call after that window asks the store again",
+            ago.as_secs_f64(),
+            window.as_secs_f64()
+        ),
+    ))
+}
+
+/// Records what this run heard from its cluster store: a silence it answered code 11
+/// for, or an answer, which clears one.
+fn note_silence<T>(ipam: &HostIpamConfig, result: &Result<T, CniError>) {
+    let Some((store, _)) = ipam.store.remote() else {
+        return;
+    };
+    match (silence::take_heard(), result) {
+        (Some(true), _) => silence::record(&ipam.data_dir, &store, None),
+        (Some(false), Err(e)) if e.code == code::TRY_AGAIN_LATER => {
+            silence::record(&ipam.data_dir, &store, Some(&e.msg))
+        }
+        _ => {}
+    }
 }
 
 /// The answer of a call whose caller has gone: nobody reads it, but the log and a

@@ -15,6 +15,9 @@ pub struct Label {
     pub command: String,
     pub container_id: String,
     pub ifname: String,
+    /// An operator's command, not a runtime's call: it always asks a cluster store,
+    /// even one remembered silent ([`crate::store::silence`]).
+    pub operator: bool,
 }
 
 impl Label {
@@ -22,6 +25,7 @@ impl Label {
     pub fn operator(command: &str) -> Self {
         Label {
             command: command.to_string(),
+            operator: true,
             ..Label::default()
         }
     }

@@ -260,6 +260,7 @@ impl EtcdStore {
         loop {
             let failure = match self.send(what, until, make(self.clients[member].clone())) {
                 Ok(value) => {
+                    super::silence::answered();
                     self.preferred.set(member);
                     return Ok(Answered { value, maybe_left });
                 }
@@ -294,6 +295,9 @@ impl EtcdStore {
     /// reached etcd.
     fn gave_up(&self, what: &str, budget: bool, unknown: bool, last: &Failure) -> CniError {
         let endpoints = &self.endpoints;
+        if !budget {
+            super::silence::silent();
+        }
         let waited = match budget {
             true => format!("the call's budget ran out waiting for {what} (endpoints {endpoints})"),
             false => format!(

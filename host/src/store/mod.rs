@@ -12,6 +12,7 @@ pub mod etcd;
 pub mod kubernetes;
 mod legacy;
 mod rate;
+pub mod silence;
 pub mod sqlite;
 
 use crate::config::StoreConfig;

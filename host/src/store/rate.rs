@@ -156,7 +156,7 @@ impl RateLimiter {
 
 /// CLOCK_MONOTONIC in nanoseconds: the wall clock can be set back or forward (NTP, an
 /// operator), and a bucket counted on it would refill too much or never.
-fn monotonic_nanos() -> u64 {
+pub(super) fn monotonic_nanos() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -167,7 +167,7 @@ fn monotonic_nanos() -> u64 {
 }
 
 /// This boot's id (36 bytes), or zeros where the kernel does not say.
-fn boot_id() -> [u8; 36] {
+pub(super) fn boot_id() -> [u8; 36] {
     let mut id = [0u8; 36];
     if let Ok(text) = std::fs::read_to_string(BOOT_ID) {
         let text = text.trim().as_bytes();

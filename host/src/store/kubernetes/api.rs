@@ -437,12 +437,19 @@ impl Api {
                 left.as_secs_f64()
             ))),
         };
-        *self.reached.borrow_mut() = Some(matches!(&result, Ok(a) if !transient(a.status)));
+        let reached = matches!(&result, Ok(a) if !transient(a.status));
+        if reached {
+            crate::store::silence::answered();
+        }
+        *self.reached.borrow_mut() = Some(reached);
         Ok(result)
     }
 
     fn gave_up(&self, what: &str, bound: Instant, unknown: bool, last: &str) -> CniError {
         let server = &self.server;
+        if bound < self.until {
+            crate::store::silence::silent();
+        }
         let waited = match bound >= self.until {
             true => format!("the call's budget ran out waiting for {what} ({server})"),
             false => format!(
