@@ -183,10 +183,16 @@ fn adds_and_dels_on_two_nodes_go_to_the_api_and_each_node_writes_its_own_objects
             && table.contains("ENTRIES"),
         "{table}"
     );
+    // A second pod in the node's block, and its DEL: the steady state.
+    Call::new("ADD", "pod-c").run(&confs[0]).assert_ok();
+    Call::new("DEL", "pod-c").run(&confs[0]).assert_ok();
     // Every call's log record states the API requests it made.
     let requests = kube_requests(&nodes[0]);
+    assert_eq!(requests.len(), 4);
     assert!(requests.iter().all(|&r| r > 0), "{requests:?}");
-    eprintln!("API requests per call on node 0 (ADD, ADD again): {requests:?}");
+    eprintln!(
+        "API requests per call on node 0 (first ADD, ADD again, a steady ADD, its DEL): {requests:?}"
+    );
 
     // list reads the cluster through the module's inspect export.
     let conf_file = write_conf(&nodes[0], &confs[0]);
@@ -396,6 +402,43 @@ fn bad_credentials_and_bad_kubeconfigs_are_named_with_what_to_do() {
     assert!(reply.msg().contains("nowhere"), "{reply:?}");
     // Nothing was written by any of them.
     assert!(objects("k-auth").is_empty());
+}
+
+/// The node's limiter on this store: a call whose requests cannot get their tokens
+/// within its budget answers 11 at once, naming the limiter, holding the lock no longer
+/// than the budget and committing nothing; with room in the budget the same call waits
+/// for its tokens after the lock and succeeds, and its log record says how long.
+#[test]
+fn the_rate_limiter_answers_11_at_once_when_its_wait_cannot_fit_the_budget() {
+    let network = "k-rate";
+    let (nodes, mut confs) = cluster(network, 1, &json!({"cidr": "10.77.0.0/16"}));
+    // A node's first ADD makes about twenty requests: at two a second after a burst
+    // of two, about nine seconds of tokens; the budget is two.
+    confs[0]["ipam"]["store"]["qps"] = 2.into();
+    confs[0]["ipam"]["store"]["burst"] = 2.into();
+    confs[0]["ipam"]["deadlineSeconds"] = 2.into();
+    let started = Instant::now();
+    let reply = Call::new("ADD", "pod").run(&confs[0]);
+    let took = started.elapsed();
+    assert_eq!(reply.error_code(), 11, "{reply:?}");
+    assert!(
+        reply.msg().contains("rate limiter (qps 2, burst 2)") && reply.msg().contains("budget"),
+        "{reply:?}"
+    );
+    assert!(took < Duration::from_secs(2 + 8), "took {took:?}");
+    let line = nodes[0].log_lines("invocation").pop().unwrap();
+    assert!(line["lock_hold_ms"].as_f64().unwrap() < 2500.0, "{line}");
+    assert!(entries(network).is_empty(), "nothing committed");
+
+    // Room in the budget: the call waits for its tokens and succeeds.
+    confs[0]["ipam"]["deadlineSeconds"] = 60.into();
+    Call::new("ADD", "pod").run(&confs[0]).assert_ok();
+    let line = nodes[0].log_lines("invocation").pop().unwrap();
+    let waited = line["kube_rate_wait_ms"].as_f64().unwrap();
+    let made = line["kube_requests"].as_u64().unwrap();
+    eprintln!("{made} requests, {waited} ms waiting for the limiter");
+    assert!(waited >= 1000.0, "{line}");
+    Call::new("DEL", "pod").run(&confs[0]).assert_ok();
 }
 
 /// An object edited by hand to hold one key twice is refused by the apiserver itself
