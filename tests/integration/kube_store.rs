@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// The shared apiserver, with the store's CRD and RBAC applied (once).
-fn api() -> &'static KubeApi {
+pub fn api() -> &'static KubeApi {
     static READY: OnceLock<()> = OnceLock::new();
     let api = KubeApi::shared();
     READY.get_or_init(|| apply_manifests(api));
@@ -40,7 +40,7 @@ fn apply_manifests(api: &KubeApi) {
 }
 
 /// A node's kubeconfig: the identity its kubelet has.
-fn node_kubeconfig(api: &KubeApi, node: &str) -> PathBuf {
+pub fn node_kubeconfig(api: &KubeApi, node: &str) -> PathBuf {
     api.kubeconfig_for(&format!("system:node:{node}"), &["system:nodes"])
 }
 
@@ -69,7 +69,7 @@ fn cluster(network: &str, nodes: usize, ipam: &Value) -> (Vec<Node>, Vec<Value>)
 }
 
 /// The objects of `network` as the admin reads them: name → spec.
-fn objects(network: &str) -> BTreeMap<String, Value> {
+pub fn objects(network: &str) -> BTreeMap<String, Value> {
     objects_on(api(), network)
 }
 
@@ -97,7 +97,7 @@ fn objects_on(api: &KubeApi, network: &str) -> BTreeMap<String, Value> {
 }
 
 /// Every entry of `network`'s objects, by key; panics on a key held twice.
-fn entries(network: &str) -> BTreeMap<String, Value> {
+pub fn entries(network: &str) -> BTreeMap<String, Value> {
     entries_of(&objects(network))
 }
 
@@ -577,7 +577,7 @@ fn with_the_apiserver_stopped_or_frozen_calls_answer_11_within_the_timeout_and_r
         for child in queued {
             let answer = reply(child.wait_with_output().unwrap());
             assert_eq!(answer.error_code(), 11, "{outage}: {answer:?}");
-            if !answer.msg().contains("did not answer a call") {
+            if !answer.msg().contains("failed a call") {
                 asked += 1;
             }
             last = released.elapsed();
@@ -628,4 +628,109 @@ fn with_the_apiserver_stopped_or_frozen_calls_answer_11_within_the_timeout_and_r
     eprintln!("held after the outages: {held:?}");
     assert_eq!(holders.len(), 3, "{held:?}");
     Call::new("DEL", "before").run(&conf).assert_ok();
+}
+
+/// The apiserver answering 500 to every write of the store's objects (an admission
+/// webhook that cannot be reached, with `failurePolicy: Fail`): an ADD answers 11 at
+/// once, naming the answer and the apiserver's message, and leaves nothing behind;
+/// once the webhook is gone the same ADD succeeds.
+#[test]
+fn writes_answered_500_fail_the_call_at_once_with_the_apiservers_words_and_leave_nothing() {
+    let own = KubeApi::start();
+    apply_manifests(&own);
+    let node = Node::new();
+    let name = "k-500-node";
+    let kubeconfig = own.kubeconfig_for(&format!("system:node:{name}"), &["system:nodes"]);
+    let mut conf = node.netconf(
+        "1.1.0",
+        &cluster_pool_module(),
+        json!({"cidr": "10.78.0.0/16"}),
+    );
+    conf["name"] = "k-500".into();
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] =
+        json!({"type": "kubernetes", "kubeconfig": kubeconfig, "timeoutSeconds": 20});
+    Call::new("ADD", "before").run(&conf).assert_ok();
+    let before = entries_of(&objects_on(&own, "k-500"));
+    conf["ipam"]["store"]["timeoutSeconds"] = 2.into();
+    own.apply(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: wasm-ipam-test-unreachable
+webhooks:
+- name: unreachable.test.wasm-ipam.dev
+  clientConfig:
+    url: https://127.0.0.1:1/validate
+  rules:
+  - apiGroups: ["ipam.wasm-ipam.dev"]
+    apiVersions: ["*"]
+    operations: ["CREATE", "UPDATE", "DELETE"]
+    resources: ["ipamshards"]
+  failurePolicy: Fail
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  timeoutSeconds: 1
+"#,
+    );
+    // The webhook takes effect once the apiserver's informer has it: wait for a write
+    // of the admin's to be refused.
+    let started = Instant::now();
+    loop {
+        let out = own.kubectl(&[
+            "annotate",
+            "ipamshards",
+            "--all",
+            "--overwrite",
+            "wasm-ipam.dev/probe=1",
+        ]);
+        if !out.status.success() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the webhook never applied"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let started = Instant::now();
+    let refused = Call::new("ADD", "during").run(&conf);
+    let took = started.elapsed();
+    assert_eq!(refused.error_code(), 11, "{refused:?}");
+    assert!(
+        refused.msg().contains("HTTP 500")
+            && refused.msg().contains("webhook")
+            && refused.msg().contains("nothing was committed"),
+        "{refused:?}"
+    );
+    assert!(took < Duration::from_secs(2 + 5), "took {took:?}");
+    eprintln!(
+        "an ADD met 500s and answered 11 after {took:?}: {}",
+        refused.msg()
+    );
+    assert_eq!(entries_of(&objects_on(&own, "k-500")), before);
+    assert!(
+        objects_on(&own, "k-500")
+            .values()
+            .all(|s| s.get("lock").is_none())
+    );
+
+    let out = own.kubectl(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        "wasm-ipam-test-unreachable",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let back = Instant::now();
+    loop {
+        let again = Call::new("ADD", "during").run(&conf);
+        if again.success {
+            break;
+        }
+        assert_eq!(again.error_code(), 11, "{again:?}");
+        assert!(back.elapsed() < Duration::from_secs(30), "{again:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let held = held_in(&entries_of(&objects_on(&own, "k-500")));
+    assert_eq!(held.len(), 2, "{held:?}");
 }

@@ -251,7 +251,7 @@ fn remembered_silence(ipam: &HostIpamConfig, label: &Label) -> Option<CniError> 
     Some(CniError::new(
         code::TRY_AGAIN_LATER,
         format!(
-            "the store did not answer a call {:.1} s ago ({msg}); for ipam.store.timeoutSeconds ({} s) after that, calls on it answer at once so that those queued behind do not each wait for it. This call sent nothing and changed nothing; a call after that window asks the store again",
+            "the store failed a call {:.1} s ago, after trying it for its timeout ({msg}); for ipam.store.timeoutSeconds ({} s) after that, calls on it answer at once so that those queued behind do not each wait for it. This call sent nothing and changed nothing; a call after that window asks the store again",
             ago.as_secs_f64(),
             window.as_secs_f64()
         ),

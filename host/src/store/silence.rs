@@ -1,5 +1,6 @@
-//! A cluster store that did not answer, remembered for a moment so the calls queued
-//! behind it do not each wait for it again. Without this, N calls queued on the
+//! A cluster store that failed a call only after its whole `timeoutSeconds` (no
+//! answer, or nothing but server errors until then), remembered for a moment so the
+//! calls queued behind it do not each wait for it again. Without this, N calls queued on the
 //! node's lock behind a frozen etcd or apiserver fail one by one, each after its own
 //! `timeoutSeconds` under the lock, and a call of another network behind them waits
 //! N × that bound. With it, the first call that meets the silence under the lock

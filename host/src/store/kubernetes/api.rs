@@ -32,6 +32,11 @@ pub struct Figures {
     pub rate_wait: Duration,
 }
 
+/// How an error ends when a write's answer never came (or was a 5xx): the caller
+/// looks the write up, or the next call does.
+const OUTCOME_UNKNOWN: &str = "the write's outcome is unknown; the next call finishes or undoes it";
+const NOTHING_COMMITTED: &str = "nothing was committed";
+
 pub struct Api {
     runtime: Option<tokio::runtime::Runtime>,
     client: kube::Client,
@@ -272,7 +277,7 @@ impl Api {
                         std::thread::sleep(pause);
                         continue;
                     }
-                    format!("HTTP {}", answer.status)
+                    format!("HTTP {}: {}", answer.status, status_message(&answer.body))
                 }
                 Ok(answer) => return Ok(answer),
                 Err(TryFailure::Tls(e)) => return Err(self.tls_refused(&e)),
@@ -315,7 +320,7 @@ impl Api {
                         &what,
                         bound,
                         true,
-                        &format!("HTTP {}", answer.status),
+                        &format!("HTTP {}: {}", answer.status, status_message(&answer.body)),
                     )));
                 }
                 Ok(answer) => {
@@ -445,21 +450,43 @@ impl Api {
         Ok(result)
     }
 
+    /// A failed write's error once the caller looked and found the write not applied.
+    pub fn not_applied(e: CniError) -> CniError {
+        match e.msg.strip_suffix(OUTCOME_UNKNOWN) {
+            Some(head) => CniError {
+                msg: format!(
+                    "{head}{NOTHING_COMMITTED} (the write was looked up and had not landed)"
+                ),
+                ..e
+            },
+            None => e,
+        }
+    }
+
     fn gave_up(&self, what: &str, bound: Instant, unknown: bool, last: &str) -> CniError {
         let server = &self.server;
-        if bound < self.until {
+        // Only a failure that took the whole bound is remembered: one answered at once
+        // (a 500 of a write) costs the calls behind it nothing.
+        if bound < self.until && Instant::now() >= bound {
             crate::store::silence::silent();
         }
-        let waited = match bound >= self.until {
-            true => format!("the call's budget ran out waiting for {what} ({server})"),
-            false => format!(
+        let waited = match (last.strip_prefix("HTTP "), bound >= self.until) {
+            (Some(answered), _) if Instant::now() >= bound => format!(
+                "the apiserver answered {what} with HTTP {answered} until ipam.store.timeoutSeconds ({} s) ran out ({server})",
+                self.timeout.as_secs_f64()
+            ),
+            (Some(answered), _) => {
+                format!("the apiserver answered {what} with HTTP {answered} ({server})")
+            }
+            (None, true) => format!("the call's budget ran out waiting for {what} ({server})"),
+            (None, false) => format!(
                 "the apiserver did not answer {what} within ipam.store.timeoutSeconds ({} s) ({server})",
                 self.timeout.as_secs_f64()
             ),
         };
         let outcome = match unknown {
-            true => "the write's outcome is unknown; the next call finishes or undoes it",
-            false => "nothing was committed",
+            true => OUTCOME_UNKNOWN,
+            false => NOTHING_COMMITTED,
         };
         CniError::new(
             code::TRY_AGAIN_LATER,

@@ -427,7 +427,11 @@ impl KubernetesStore {
                 Ok(shard) => shard,
                 Err(WriteFailure::Unknown(e)) => match self.api.get(&read.place.name()) {
                     Ok(Some(s)) if s.spec.lock.as_ref() == Some(lock) => s,
-                    _ => {
+                    Ok(_) => {
+                        self.unlock_all(&locked);
+                        return Err(Api::not_applied(e));
+                    }
+                    Err(_) => {
                         self.unlock_all(&locked);
                         return Err(e);
                     }
@@ -731,13 +735,17 @@ impl Store for KubernetesStore {
         match decided {
             Ok(_) => {}
             Err(WriteFailure::Unknown(e)) => {
+                let looked = self.api.get(&deciding.name());
                 let landed = matches!(
-                    self.api.get(&deciding.name()),
+                    &looked,
                     Ok(Some(s)) if s.spec.decided.as_ref().is_some_and(|d| d.commit == decision.commit)
                 );
                 if !landed {
                     self.unlock_all(&locked);
-                    return Err(e);
+                    return Err(match looked {
+                        Ok(_) => Api::not_applied(e),
+                        Err(_) => e,
+                    });
                 }
             }
             Err(WriteFailure::Conflict) => {
