@@ -280,26 +280,6 @@ pub fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Va
     conf
 }
 
-/// Three nodes on `etcd` under `prefix`, with these `ipam` keys.
-pub fn cluster(etcd: &Etcd, prefix: &str, ipam: &Value) -> (Vec<Node>, Vec<Value>) {
-    let store = etcd.store(prefix);
-    let nodes: Vec<Node> = (0..3).map(|_| Node::new()).collect();
-    let confs = nodes
-        .iter()
-        .enumerate()
-        .map(|(n, node)| {
-            node_conf(
-                node,
-                &format!("node-{n}"),
-                &cluster_pool_module(),
-                &store,
-                ipam.clone(),
-            )
-        })
-        .collect();
-    (nodes, confs)
-}
-
 /// An operator command on `node`'s lock and data dir, with `conf_file` as its netconf.
 pub fn operator_on(node: &Node, conf_file: &Path, args: &[&str]) -> (bool, String, String) {
     let mut all: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();

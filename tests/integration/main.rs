@@ -10,6 +10,7 @@ mod builds;
 mod cache;
 mod call_log;
 mod cluster_guide;
+mod cluster_store;
 mod contract;
 mod crash;
 mod deadline;

@@ -1,8 +1,10 @@
-//! `examples/cluster-pool`'s named pools and block limits on a real etcd (the
-//! `Etcd` helper of `etcd.rs`): simulated nodes, each with its own lock, data dir
-//! and `nodeName`, as in `etcd.rs`.
+//! `examples/cluster-pool`'s named pools, block limits, reservations, sticky pods and
+//! pool figures on each cluster store (a real etcd and the real kube-apiserver, through
+//! [`crate::cluster_store`]): simulated nodes, each with its own lock, data dir and
+//! `nodeName`, as in `etcd.rs`.
 
-use crate::etcd::{Etcd, cluster, list_json, operator_on, write_conf};
+use crate::cluster_store::{ClusterStore, on_both_stores};
+use crate::etcd::{list_json, operator_on};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -42,10 +44,12 @@ fn pool_by_address(address: &str) -> &'static str {
     }
 }
 
-#[test]
-fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() {
-    let etcd = Etcd::start(1);
-    let (nodes, confs) = cluster(&etcd, "/p/", &tenant_pools(true));
+on_both_stores!(concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct);
+fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct(
+    store: &ClusterStore,
+) {
+    let cluster = store.cluster("p-tenants", 3, &tenant_pools(true));
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
     // Namespaces team-a and team-a-ci share team-a's pool; web has none: the default.
     let namespaces = ["team-a", "team-b", "web", "team-a-ci"];
     let replies: Vec<(String, &str, Value)> = std::thread::scope(|s| {
@@ -97,7 +101,7 @@ fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() 
     assert_eq!(all.len(), 72 + 18, "every address distinct");
 
     // list names each allocation's pool, as the addresses say.
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let conf_file = cluster.conf_file(0);
     let (ok, stdout, stderr) = list_json(&nodes[0], &conf_file, &[]);
     assert!(ok, "{stderr}");
     let rows: Vec<Value> = serde_json::from_str(&stdout).unwrap();
@@ -111,17 +115,9 @@ fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() 
     }
 
     // stats: one row per pool and family, with its use.
-    let args: [std::ffi::OsString; 8] = [
-        "stats".into(),
-        "--prometheus".into(),
-        "--netconf".into(),
-        conf_file.into_os_string(),
-        "--lock-file".into(),
-        nodes[0].lock_file().into_os_string(),
-        "--data-dir".into(),
-        nodes[0].data_dir().into_os_string(),
-    ];
-    let prom = operator_command(args);
+    let (ok, prom, stderr) = cluster.operator(0, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    let network = &cluster.network;
     // 18 pods each in team-a (two namespaces: 36), team-b, default.
     for (pool, in_use) in [
         ("pool team-a 10.81.0.0/16", 36),
@@ -130,18 +126,22 @@ fn concurrent_adds_on_three_nodes_land_in_their_namespaces_pools_all_distinct() 
         ("pool default fd80::/48", 18),
     ] {
         let line = format!(
-            "wasm_ipam_pool_addresses_in_use{{network=\"testnet\",pool=\"{pool}\"}} {in_use}"
+            "wasm_ipam_pool_addresses_in_use{{network=\"{network}\",pool=\"{pool}\"}} {in_use}"
         );
         assert!(prom.lines().any(|l| l == line), "no {line:?} in\n{prom}");
     }
-    let capacity = "wasm_ipam_pool_addresses_capacity{network=\"testnet\",pool=\"pool team-a 10.81.0.0/16\"} 62464";
+    let capacity = format!(
+        "wasm_ipam_pool_addresses_capacity{{network=\"{network}\",pool=\"pool team-a 10.81.0.0/16\"}} 62464"
+    );
     assert!(prom.lines().any(|l| l == capacity), "{prom}");
 }
 
-#[test]
-fn an_unmapped_namespace_without_a_default_is_refused_and_the_pod_can_name_its_pool() {
-    let etcd = Etcd::start(1);
-    let (_nodes, confs) = cluster(&etcd, "/q/", &tenant_pools(false));
+on_both_stores!(an_unmapped_namespace_without_a_default_is_refused_and_the_pod_can_name_its_pool);
+fn an_unmapped_namespace_without_a_default_is_refused_and_the_pod_can_name_its_pool(
+    store: &ClusterStore,
+) {
+    let cluster = store.cluster("p-unmapped", 3, &tenant_pools(false));
+    let confs = &cluster.confs;
     let refused = Call::new("ADD", "web-1")
         .env("CNI_ARGS", pod_args("web", "1"))
         .run(&confs[0]);
@@ -151,7 +151,7 @@ fn an_unmapped_namespace_without_a_default_is_refused_and_the_pod_can_name_its_p
         "{}",
         refused.msg()
     );
-    assert!(etcd.keys("/q/n/testnet/e/").is_empty(), "nothing written");
+    assert!(cluster.keys("").is_empty(), "nothing written");
 
     // CNI_ARGS IPAM_POOL names the pool, over the namespace's.
     let by_arg = Call::new("ADD", "a-1")
@@ -195,10 +195,14 @@ fn limited(strict: bool) -> Value {
     json!({"cidr": "10.83.0.0/27", "blockSize": 29, "maxBlocksPerNode": 1, "strictAffinity": strict})
 }
 
-#[test]
-fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_strict_affinity() {
-    let etcd = Etcd::start(1);
-    let (nodes, confs) = cluster(&etcd, "/b/", &limited(false));
+on_both_stores!(
+    a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_strict_affinity
+);
+fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_strict_affinity(
+    store: &ClusterStore,
+) {
+    let cluster = store.cluster("p-limit", 3, &limited(false));
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
     let lender = Call::new("ADD", "b-0").run(&confs[1]).address().to_string();
     let own: Vec<String> = (0..5)
         .map(|i| {
@@ -227,10 +231,10 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         "a link route to the gateway: {result}"
     );
     assert!(
-        etcd.keys("/b/n/testnet/e/aff/node-0/").len() == 1,
+        cluster.keys(&format!("aff/{}/", cluster.names[0])).len() == 1,
         "node 0 claimed no second block"
     );
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let conf_file = cluster.conf_file(0);
     let (ok, stdout, stderr) = list_json(&nodes[0], &conf_file, &[]);
     assert!(ok, "{stderr}");
     let borrowed: Vec<String> = serde_json::from_str::<Vec<Value>>(&stdout)
@@ -250,14 +254,15 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
     );
 
     // With strictAffinity, the same situation is an error, and nothing is written.
-    let (_strict_nodes, strict) = cluster(&etcd, "/s/", &limited(true));
+    let strict_cluster = store.cluster("p-strict", 3, &limited(true));
+    let strict = &strict_cluster.confs;
     Call::new("ADD", "b-0").run(&strict[1]).assert_ok();
     for i in 0..5 {
         Call::new("ADD", &format!("a-{i}"))
             .run(&strict[0])
             .assert_ok();
     }
-    let keys = etcd.keys("/s/n/testnet/e/");
+    let keys = strict_cluster.keys("");
     let refused = Call::new("ADD", "a-5").run(&strict[0]);
     assert_eq!(refused.error_code(), BLOCK_LIMIT, "{refused:?}");
     assert!(
@@ -265,7 +270,7 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         "{}",
         refused.msg()
     );
-    assert_eq!(etcd.keys("/s/n/testnet/e/"), keys);
+    assert_eq!(strict_cluster.keys(""), keys);
     // So is a requested address in another node's block, free as it is.
     let lender = Call::new("ADD", "b-1")
         .run(&strict[1])
@@ -280,7 +285,9 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
         refused
             .msg()
             .contains(&format!("requested address {free} is in block"))
-            && refused.msg().contains("of node node-1"),
+            && refused
+                .msg()
+                .contains(&format!("of node {}", strict_cluster.names[1])),
         "{}",
         refused.msg()
     );
@@ -289,11 +296,14 @@ fn a_node_at_max_blocks_per_node_borrows_a_host_route_address_or_fails_with_stri
 /// The module's code for a requested address another container holds.
 const ADDRESS_HELD: u64 = 148;
 
-#[test]
-fn codes_an_operator_can_act_on_unknown_container_held_address_and_a_limit_that_is_not_exhaustion()
-{
-    let etcd = Etcd::start(1);
-    let (_nodes, confs) = cluster(&etcd, "/c/", &limited(false));
+on_both_stores!(
+    codes_an_operator_can_act_on_unknown_container_held_address_and_a_limit_that_is_not_exhaustion
+);
+fn codes_an_operator_can_act_on_unknown_container_held_address_and_a_limit_that_is_not_exhaustion(
+    store: &ClusterStore,
+) {
+    let cluster = store.cluster("p-codes", 3, &limited(false));
+    let confs = &cluster.confs;
     // CHECK of a container never added: the spec's 3; its DEL succeeds.
     let check = Call::new("CHECK", "never").run(&confs[0]);
     assert_eq!(check.error_code(), 3, "{check:?}");
@@ -308,7 +318,8 @@ fn codes_an_operator_can_act_on_unknown_container_held_address_and_a_limit_that_
     assert_eq!(
         refused.msg(),
         format!(
-            "requested address {ip} is held by container \"b-0\" (interface eth0) on node node-1"
+            "requested address {ip} is held by container \"b-0\" (interface eth0) on node {}",
+            cluster.names[1]
         )
     );
     // Node 0's one block (5 addresses) and node 1's full: nothing to borrow, and the
@@ -379,11 +390,18 @@ fn churned() -> Value {
            "deadlineSeconds": 120, "lockTimeoutSeconds": 600})
 }
 
-#[test]
-fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_held_twice() {
-    let etcd = Etcd::start(1);
-    let (nodes, confs) = cluster(&etcd, "/r/", &churned());
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+on_both_stores!(
+    a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_held_twice
+);
+fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_held_twice(
+    store: &ClusterStore,
+) {
+    // cluster-pool spreads nodes over blocks by a hash of their names: under this
+    // network's name node 2 starts looking at the block the reservation covers
+    // (10.84.0.96/28), so pods hold some of it when it is reserved with --force.
+    let cluster = store.cluster("p-churn-vip", 3, &churned());
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
+    let conf_file = cluster.conf_file(0);
     // Nodes 1 and 2 ADD 24 pods each and DEL every third one's predecessor; node 0
     // ADDs 30 and keeps them, more than its two blocks hold, so it borrows. The
     // reservation is made once every node has 5 pods, while the churn goes on.
@@ -479,7 +497,10 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
     let (ok, prom, stderr) = operator_on(&nodes[2], &conf_file, &["stats", "--prometheus"]);
     assert!(ok, "{stderr}");
     let gauge = |name: &str| -> u64 {
-        let prefix = format!("{name}{{network=\"testnet\",pool=\"pool default 10.84.0.0/25\"}} ");
+        let prefix = format!(
+            "{name}{{network=\"{}\",pool=\"pool default 10.84.0.0/25\"}} ",
+            cluster.network
+        );
         prom.lines()
             .find_map(|l| l.strip_prefix(&prefix))
             .unwrap_or_else(|| panic!("no {prefix} in\n{prom}"))
@@ -529,7 +550,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
     assert!(ok, "{stderr}");
     assert!(table.contains("    block 10.84.0."), "{table}");
     assert!(
-        table.contains("(node-0)") && table.contains("RESERVED"),
+        table.contains(&format!("({})", cluster.names[0])) && table.contains("RESERVED"),
         "{table}"
     );
 
@@ -553,7 +574,7 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
         past >= 1 && past >= under && past - under <= 1,
         "{lines:#?}"
     );
-    let flagged = !etcd.keys("/r/n/testnet/e/warn/").is_empty();
+    let flagged = !cluster.keys("warn/").is_empty();
     assert_eq!(flagged, past == under + 1, "{lines:#?}");
 
     // A pod asking for a reserved address is refused; once unreserved it gets it.
@@ -590,21 +611,25 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
     assert!(!ok && stderr.contains("is not reserved"), "{stderr}");
 }
 
-#[test]
-fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_before_the_lock() {
-    let etcd = Etcd::start(1);
-    let (nodes, confs) = cluster(&etcd, "/u/", &churned());
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+on_both_stores!(
+    reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_before_the_lock
+);
+fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_before_the_lock(
+    store: &ClusterStore,
+) {
+    let cluster = store.cluster("p-reserve", 3, &churned());
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
+    let conf_file = cluster.conf_file(0);
     let held = Call::new("ADD", "c1").run(&confs[0]).address().to_string();
     let held = held.split('/').next().unwrap();
-    let keys = etcd.keys("/u/n/testnet/e/");
+    let keys = cluster.keys("");
     let (ok, _, stderr) = operator_on(&nodes[0], &conf_file, &["reserve", held]);
     assert!(
         !ok && stderr.contains("are held (") && stderr.contains("--force"),
         "{stderr}"
     );
     assert!(stderr.contains("145"), "the module's code: {stderr}");
-    assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
+    assert_eq!(cluster.keys(""), keys, "nothing written");
     for (bad, why) in [
         ("10.84.0.1/24", "has host bits set"),
         ("ten", "neither an IP address nor a CIDR"),
@@ -625,14 +650,16 @@ fn reserving_addresses_in_use_is_refused_without_force_and_bad_input_is_refused_
             "{stderr}"
         );
     }
-    assert_eq!(etcd.keys("/u/n/testnet/e/"), keys, "nothing written");
+    assert_eq!(cluster.keys(""), keys, "nothing written");
 }
 
-#[test]
-fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_node() {
-    let etcd = Etcd::start(1);
+on_both_stores!(under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_node);
+fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_node(
+    store: &ClusterStore,
+) {
     let ipam = json!({"cidr": "10.86.0.0/24", "blockSize": 28, "stickySeconds": 600});
-    let (nodes, confs) = cluster(&etcd, "/k/", &ipam);
+    let cluster = store.cluster("p-sticky", 3, &ipam);
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
     let pod = |name: &str| format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME={name}");
     let db = Call::new("ADD", "db-c1")
         .env("CNI_ARGS", pod("db-0"))
@@ -668,11 +695,8 @@ fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_no
         .env("CNI_ARGS", pod("db-0"))
         .run(&confs[0])
         .assert_ok();
-    assert_eq!(
-        etcd.keys("/k/n/testnet/e/sticky/"),
-        ["/k/n/testnet/e/sticky/web/db-0"]
-    );
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+    assert_eq!(cluster.keys("sticky/"), ["sticky/web/db-0"]);
+    let conf_file = cluster.conf_file(0);
     let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
     assert!(ok, "{stderr}");
     assert!(
@@ -692,22 +716,22 @@ fn under_deployment_churn_only_a_statefulset_pod_keeps_its_address_on_another_no
     );
 }
 
+on_both_stores!(ipv6_pools_count_exactly_in_the_table_json_and_prometheus);
 /// IPv6 pools count exactly past 2^64 addresses: a /48 in the default /122 blocks
 /// holds 61 × 2^74 usable addresses, a /64 61 × 2^58, in the table, `--json` and
 /// Prometheus alike (docs/cluster.md, "Pool use and exhaustion").
-#[test]
-fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus() {
-    let etcd = Etcd::start(1);
+fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus(store: &ClusterStore) {
     let ipam = json!({"pools": [
         {"name": "default", "cidr": ["10.84.0.0/24", "fd84::/64"], "default": true},
         {"name": "wide", "cidr": ["fd85::/48"], "namespaces": ["wide"]},
     ]});
-    let (nodes, confs) = cluster(&etcd, "/v6/", &ipam);
+    let cluster = store.cluster("p-ipv6", 3, &ipam);
+    let (nodes, confs) = (&cluster.nodes, &cluster.confs);
     Call::new("ADD", "c1")
         .env("CNI_ARGS", pod_args("web", "1"))
         .run(&confs[0])
         .assert_ok();
-    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let conf_file = cluster.conf_file(0);
     let wide = 61u128 << 74;
     let slash64 = 61u128 << 58;
     assert_eq!(wide.to_string(), "1152257421820193432141824");
@@ -740,7 +764,8 @@ fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus() {
     let (ok, prom, stderr) = operator_on(&nodes[0], &conf_file, &["stats", "--prometheus"]);
     assert!(ok, "{stderr}");
     let line = format!(
-        "wasm_ipam_pool_addresses_capacity{{network=\"testnet\",pool=\"pool wide fd85::/48\"}} {wide}"
+        "wasm_ipam_pool_addresses_capacity{{network=\"{}\",pool=\"pool wide fd85::/48\"}} {wide}",
+        cluster.network
     );
     assert!(prom.lines().any(|l| l == line), "no {line:?} in\n{prom}");
     let value: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
