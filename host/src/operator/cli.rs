@@ -53,7 +53,8 @@ fn long_version() -> &'static str {
 pub enum Operation {
     List(List),
     Stats(Stats),
-    Install(Install),
+    // Boxed: its flags make it by far the largest command.
+    Install(Box<Install>),
     #[command(subcommand)]
     Kubernetes(KubernetesCommand),
     ImportHostLocal(ImportHostLocal),
@@ -77,7 +78,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
     match cli.command {
         Operation::List(command) => command.run(),
         Operation::Stats(command) => command.run(),
-        Operation::Install(command) => command.run(),
+        Operation::Install(command) => (*command).run(),
         Operation::Kubernetes(command) => command.run(),
         Operation::ImportHostLocal(command) => command.run(),
         Operation::Gc(command) => command.run(),

@@ -12,7 +12,9 @@
 //!    keys) named to sort first, since containerd and CRI-O use only the lexically
 //!    first conflist in the conf dir;
 //! 6. with `--gc-timer`, a systemd timer running `wasm-ipam gc` every few minutes, since
-//!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md).
+//!    containerd 1.6/1.7 and podman 4 never send CNI GC (docs/install.md);
+//! 7. with `--kubeconfig`, for a Kubernetes store, the node's kubeconfig beside the
+//!    conflist ([`node_kubeconfig`]).
 //!
 //! Before any step writes, the conflist is checked as the calls will read it (its
 //! paths, the host's keys, an ADD and a DEL through it on a private store), so an
@@ -28,6 +30,7 @@ use crate::module::compile::COMPILER;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::Policies;
 use crate::operator::setup::cni_versions::{self, Chosen};
+use crate::operator::setup::node_kubeconfig::{self, NodeKubeconfig};
 use serde_json::json;
 use std::fs;
 use std::io::Write;
@@ -97,6 +100,13 @@ pub struct Install {
     /// --subnet's range.
     #[arg(long)]
     pub ipam_config: Option<PathBuf>,
+    /// For a Kubernetes store (`"store": {"type": "kubernetes"}` in --ipam-config): the
+    /// node's kubeconfig, typically the kubelet's own (`system:node:<name>` in
+    /// `system:nodes`, which the RBAC of `wasm-ipam kubernetes manifests` binds).
+    /// Checked against the apiserver (it must list ipamshards), then copied beside the
+    /// conflist (0600, its context only, file paths absolute) as `ipam.store.kubeconfig`.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
     /// The main plugin: `ptp` for a node holding several blocks or pools.
     #[arg(long, value_enum, default_value_t = MainPlugin::Bridge)]
     pub main_plugin: MainPlugin,
@@ -373,6 +383,12 @@ pub fn conflist(
             ipam[key] = json!(value);
         }
     }
+    node_kubeconfig::point_store_at(
+        &mut ipam,
+        install.kubeconfig.as_deref(),
+        &keys_flag(install),
+        &kubeconfig_copy(install),
+    )?;
     // A pulled module is pinned to the digest it was pulled at.
     if let Some(sha256) = sha256 {
         ipam["moduleSha256"] = json!(sha256);
@@ -472,6 +488,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
         lines: Vec::new(),
     };
     let versions = chain_versions(install, &mut steps)?;
+    let mut kubeconfig = None;
     let pulled = install
         .module
         .to_str()
@@ -487,7 +504,8 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
             None,
             &versions,
         )?;
-        check_host_keys(install, &planned)?;
+        let netconf = check_host_keys(install, &planned)?;
+        kubeconfig = check_kubeconfig(install, &netconf, &mut steps)?;
         try_conflist(install, &install.module, &planned, &mut steps)?;
     }
     let (module, pinned) = install_module(install, &mut steps)?;
@@ -495,7 +513,8 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     if pulled {
         // A pulled module exists only once pulled: it is the one thing written
         // before the check.
-        check_host_keys(install, &written)?;
+        let netconf = check_host_keys(install, &written)?;
+        kubeconfig = check_kubeconfig(install, &netconf, &mut steps)?;
         if !install.dry_run {
             try_conflist(install, &module, &written, &mut steps)?;
         }
@@ -503,6 +522,15 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
     install_binaries(install, &mut steps)?;
     let missing = main_plugins(install, &mut steps);
     precompile(install, &module, pinned.as_deref(), &mut steps)?;
+    // Before the conflist that names it.
+    if let Some(kubeconfig) = kubeconfig {
+        put_file(
+            &kubeconfig_copy(install),
+            &kubeconfig.text,
+            0o600,
+            &mut steps,
+        )?;
+    }
     let text = serde_json::to_string_pretty(&written).expect("serialisable") + "\n";
     put_file(
         &install.conf_dir.join(&install.conflist_name),
@@ -549,6 +577,14 @@ fn check_paths(install: &Install) -> Result<(), CniError> {
             written.push((flag, key, given, given.clone()));
         }
     }
+    if install.kubeconfig.is_some() {
+        written.push((
+            "--conf-dir",
+            "store.kubeconfig",
+            &install.conf_dir,
+            kubeconfig_copy(install),
+        ));
+    }
     for (flag, key, given, path) in written {
         if let Err(e) = crate::config::absolute_path(key, &path) {
             let meant = std::path::absolute(given).unwrap_or_else(|_| given.clone());
@@ -584,17 +620,47 @@ fn keys_flag(install: &Install) -> String {
 
 /// The host's keys of `conflist`, read as every call reads them
 /// ([`crate::config::NetConf`]).
-fn check_host_keys(install: &Install, conflist: &serde_json::Value) -> Result<(), CniError> {
+fn check_host_keys(
+    install: &Install,
+    conflist: &serde_json::Value,
+) -> Result<crate::config::NetConf, CniError> {
     let view = runtime_view(conflist);
-    crate::config::NetConf::from_json(view.clone(), view.to_string().as_bytes())
-        .map(drop)
-        .map_err(|e| {
-            CniError::config(format!(
-                "{}: every call would refuse the conflist: {}",
-                keys_flag(install),
-                e.msg
-            ))
-        })
+    crate::config::NetConf::from_json(view.clone(), view.to_string().as_bytes()).map_err(|e| {
+        CniError::config(format!(
+            "{}: every call would refuse the conflist: {}",
+            keys_flag(install),
+            e.msg
+        ))
+    })
+}
+
+/// Where `--kubeconfig`'s copy goes: beside the conflist.
+fn kubeconfig_copy(install: &Install) -> PathBuf {
+    node_kubeconfig::copy_path(&install.conf_dir, &install.conflist_name)
+}
+
+/// With `--kubeconfig`: the kubeconfig read, its files checked and the apiserver
+/// asked with it as the store `netconf` names (its context, its timeout), before
+/// anything is written; the copy to write.
+fn check_kubeconfig(
+    install: &Install,
+    netconf: &crate::config::NetConf,
+    steps: &mut Steps,
+) -> Result<Option<NodeKubeconfig>, CniError> {
+    let Some(given) = &install.kubeconfig else {
+        return Ok(None);
+    };
+    // conflist() refuses --kubeconfig for any other store.
+    let crate::config::StoreConfig::Kubernetes(store) = &netconf.ipam.store else {
+        return Err(CniError::config(format!(
+            "--kubeconfig {}: the network's store is not the Kubernetes API",
+            given.display()
+        )));
+    };
+    let kubeconfig = node_kubeconfig::read(given, store.context.as_deref())?;
+    let line = node_kubeconfig::check_apiserver(&kubeconfig, store, &netconf.ipam.node_name())?;
+    steps.done(&line, &line);
+    Ok(Some(kubeconfig))
 }
 
 /// An ADD then a DEL through `conflist`, made as a runtime makes them (this binary run
@@ -836,7 +902,7 @@ mod tests {
 
     fn install(line: &str) -> Install {
         match Cli::try_parse_from(line.split_whitespace()).map(|cli| cli.command) {
-            Ok(Operation::Install(install)) => install,
+            Ok(Operation::Install(install)) => *install,
             Ok(_) => panic!("not install"),
             Err(e) => panic!("{line}: {e}"),
         }

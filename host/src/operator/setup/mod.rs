@@ -3,3 +3,4 @@ pub mod cni_versions;
 pub mod import;
 pub mod install;
 pub mod kubernetes;
+pub mod node_kubeconfig;
