@@ -2,7 +2,11 @@
 # A one-node Kubernetes cluster of real processes on this machine, with wasm-ipam as
 # the node's IPAM, as kind or minikube would give one but without containers:
 #
-#   scripts/kube-node.sh up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace]
+#   scripts/kube-node.sh up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace]
+#       --store: where the network keeps its addresses: local, host-local on the
+#       embedded store; etcd, cluster-pool on the cluster's etcd; kubernetes,
+#       cluster-pool in the Kubernetes API (the store's CRD and RBAC applied, the
+#       netconf's kubeconfig the kubelet's, copied by `wasm-ipam install --kubeconfig`).
 #       --replace: a node already running (another DIR's) is taken down first; without
 #       it `up` refuses one, naming its DIR. A node whose processes are all gone (its
 #       run or its machine stopped before `down`) is always reclaimed.
@@ -28,7 +32,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() {
-  echo "usage: $0 up DIR [--store local|etcd] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
+  echo "usage: $0 up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
   exit 2
 }
 (($# >= 2)) || usage
@@ -187,7 +191,7 @@ wasm_ipam() {
   fi
   if [[ -z $module ]]; then
     local package=host-local file=host_local.wasm
-    [[ $store == etcd ]] && package=cluster-pool file=cluster_pool.wasm
+    [[ $store != local ]] && package=cluster-pool file=cluster_pool.wasm
     cargo build --release --target wasm32-wasip2 -p "$package" >&2
     module=$repo/target/wasm32-wasip2/release/$file
   fi
@@ -220,6 +224,28 @@ cni() {
 EOF
     install+=(--main-plugin ptp --ipam-config "$dir/ipam/cluster.json")
     ;;
+  kubernetes)
+    store_manifests
+    # qps 50 (the etcd store's default), not the store's 5: measured on this node, an
+    # ADD or a DEL of the herd makes 13-15 requests (3 s each at 5 qps once the burst
+    # of 100 is spent), so a herd of 60 calls queued at once needs about 170 s of
+    # tokens and the calls past the 20th outlive lockTimeoutSeconds (60 s): 43 of
+    # 103 ADDs and 53 of 114 DELs failed with code 11, and kubelet logged the DELs as
+    # teardown failures. At 50 the herd's 900 requests take about 16 s of tokens.
+    cat >"$dir/ipam/cluster.json" <<EOF
+{
+  "cidr": "$pod_cidr",
+  "blockSize": $block_size,
+  "nodeName": "$node_name",
+  "store": {"type": "kubernetes", "qps": 50}
+}
+EOF
+    # The kubelet's own credentials (system:node:$node_name in system:nodes, which
+    # the manifests' RBAC binds): install checks them against the apiserver and
+    # writes the copy the netconf names.
+    install+=(--main-plugin ptp --ipam-config "$dir/ipam/cluster.json"
+      --kubeconfig "$dir/kubelet/kubeconfig")
+    ;;
   esac
   "${install[@]}" >"$dir/logs/install.log" 2>&1 || {
     cat "$dir/logs/install.log" >&2
@@ -238,6 +264,25 @@ conflist["plugins"][0]["ipam"] = {"type": "host-local", "dataDir": data_dir,
 json.dump(conflist, open(path, "w"), indent=2)
 PY
   fi
+}
+
+# The Kubernetes store's CRD and the nodes' RBAC, applied as the admin, as an operator
+# does once per cluster; ready once the CRD is Established and the RBAC lets the
+# node's identity list its objects (the authorizer's cache takes the binding a moment).
+store_manifests() {
+  local kubectl=("$peers/kubectl" --kubeconfig "$dir/kubeconfig")
+  "$bin" kubernetes manifests | "${kubectl[@]}" apply -f - >"$dir/logs/manifests.log" 2>&1 || {
+    cat "$dir/logs/manifests.log" >&2
+    die "applying wasm-ipam kubernetes manifests failed"
+  }
+  "${kubectl[@]}" wait --for=condition=Established --timeout=60s crd/ipamshards.ipam.wasm-ipam.dev \
+    >>"$dir/logs/manifests.log" 2>&1 || {
+    cat "$dir/logs/manifests.log" >&2
+    die "the CRD ipamshards.ipam.wasm-ipam.dev was not Established in 60 s"
+  }
+  wait_until 60 "the node may list ipamshards" bash -c \
+    "[[ \$('$peers/kubectl' --kubeconfig '$dir/kubeconfig' auth can-i list ipamshards.ipam.wasm-ipam.dev --as 'system:node:$node_name' --as-group system:nodes) == yes ]]" ||
+    die "the RBAC of wasm-ipam kubernetes manifests does not let system:node:$node_name list ipamshards"
 }
 
 containerd_config() {
@@ -576,7 +621,7 @@ up)
     *) usage ;;
     esac
   done
-  [[ $store == local || $store == etcd ]] || usage
+  [[ $store == local || $store == etcd || $store == kubernetes ]] || usage
   [[ $ipam == wasm-ipam || $ipam == host-local ]] || usage
   up
   ;;
