@@ -57,7 +57,7 @@ fn scenarios(store: Store) -> Vec<(&'static str, Scenario)> {
                 node_left_behind,
             ),
         ],
-        Store::Etcd => vec![
+        Store::Etcd | Store::Kubernetes => vec![
             (
                 "a_herd_of_pods_runs_with_the_addresses_the_store_records",
                 herd_runs,
@@ -78,7 +78,7 @@ fn main() {
     let wanted = |name: &str| filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()));
     let mut failed = Vec::new();
     let mut passed = 0;
-    for store in [Store::Local, Store::Etcd] {
+    for store in [Store::Local, Store::Etcd, Store::Kubernetes] {
         let chosen: Vec<_> = scenarios(store)
             .into_iter()
             .filter(|(name, _)| wanted(&format!("{}::{name}", store.name())))
@@ -155,7 +155,58 @@ fn bare(address: &str) -> &str {
     address.split('/').next().unwrap()
 }
 
+/// Lines of wasm-ipam's log so far: where a scenario's own records begin.
+fn log_lines(node: &Node) -> usize {
+    node.log("IPAM_LOG_FILE").lines().count()
+}
+
+/// Prints what the `command` calls logged after line `from` cost: how many, how many
+/// failed (to be retried by the runtime), and the median and largest of their times
+/// and, on a cluster store, of their requests to it.
+fn print_call_figures(node: &Node, command: &str, from: usize) {
+    let log = node.log("IPAM_LOG_FILE");
+    let records: Vec<Value> = log
+        .lines()
+        .skip(from)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["target"] == "invocation" && r["command"] == command)
+        .collect();
+    let failed = records.iter().filter(|r| r["outcome"] != "ok").count();
+    let prefix = match node.env("STORE") {
+        "etcd" => "etcd_",
+        "kubernetes" => "kube_",
+        _ => "",
+    };
+    let mut fields = vec!["total_ms".to_string(), "lock_wait_ms".to_string()];
+    if !prefix.is_empty() {
+        for field in ["requests", "ms", "rate_wait_ms", "conflicts"] {
+            fields.push(format!("{prefix}{field}"));
+        }
+    }
+    let figures: Vec<String> = fields
+        .iter()
+        .map(|field| {
+            let mut values: Vec<u64> = records
+                .iter()
+                .filter_map(|r| r[field].as_f64())
+                .map(|v| v.round() as u64)
+                .collect();
+            values.sort();
+            match values.last() {
+                Some(max) => format!("{field} median {} max {max}", values[values.len() / 2]),
+                None => format!("{field} none"),
+            }
+        })
+        .collect();
+    eprintln!(
+        "kube: {} {command} calls ({failed} failed): {}",
+        records.len(),
+        figures.join(", ")
+    );
+}
+
 fn herd_runs(node: &Node) {
+    let from = log_lines(node);
     let started = Instant::now();
     pods::create(node, "herd", HERD);
     let per_pod = pods::until_running(node, "herd", HERD, HERD_LIMIT);
@@ -168,6 +219,7 @@ fn herd_runs(node: &Node) {
         sorted[sorted.len() / 2].as_secs(),
         sorted.last().unwrap().as_secs()
     );
+    print_call_figures(node, "ADD", from);
     let pods = pods::of_group(node, "herd");
     let recorded = recorded_by_pod(node);
     let mut seen = BTreeSet::new();
@@ -190,8 +242,8 @@ fn herd_runs(node: &Node) {
         "wasm-ipam list holds exactly the herd's pods: {:?}",
         recorded.keys().collect::<Vec<_>>()
     );
-    if node.env("STORE") == "etcd" {
-        // /28 blocks hold 13 pods each: the herd spans at least five, all on one node
+    if node.env("STORE") != "local" {
+        // On a cluster store, /28 blocks hold 13 pods each: the herd spans at least five, all on one node
         // under ptp (under bridge, every pod past the first block would have failed).
         let blocks: BTreeSet<u32> = seen
             .iter()
@@ -245,11 +297,13 @@ fn del_records(node: &Node) -> (usize, Vec<String>) {
 fn herd_deleted(node: &Node) {
     let failures_before = del_failures(node).len();
     let (dels_before, _) = del_records(node);
+    let from = log_lines(node);
     let took = pods::delete_all(node, "herd", HERD_LIMIT);
     eprintln!(
         "kube: {HERD} pods deleted at once: the last sandbox torn down {:.1} s after the delete",
         took.as_secs_f64()
     );
+    print_call_figures(node, "DEL", from);
     let failures: Vec<String> = del_failures(node)
         .into_iter()
         .skip(failures_before)

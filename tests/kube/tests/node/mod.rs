@@ -60,6 +60,9 @@ pub enum Store {
     Local,
     /// etcd (the cluster's own) and the cluster-pool module with /28 blocks, under ptp.
     Etcd,
+    /// The Kubernetes API (ipamshards, with the kubelet's credentials) and the
+    /// cluster-pool module with /28 blocks, under ptp.
+    Kubernetes,
 }
 
 impl Store {
@@ -67,6 +70,7 @@ impl Store {
         match self {
             Store::Local => "local",
             Store::Etcd => "etcd",
+            Store::Kubernetes => "kubernetes",
         }
     }
 }
@@ -96,7 +100,7 @@ impl Node {
             .expect("a temporary dir");
         let module = match store {
             Store::Local => module("host_local.wasm"),
-            Store::Etcd => module("cluster_pool.wasm"),
+            Store::Etcd | Store::Kubernetes => module("cluster_pool.wasm"),
         };
         let started = Instant::now();
         let mut script = Command::new(workspace().join("scripts/kube-node.sh"));
@@ -112,7 +116,7 @@ impl Node {
             // too small for the pods needs only a few more.
             Store::Local => script.args(["--subnet", "10.244.0.0/26"]),
             // Blocks small enough that the node needs several of them.
-            Store::Etcd => script.args(["--block-size", "28"]),
+            Store::Etcd | Store::Kubernetes => script.args(["--block-size", "28"]),
         };
         let up = script.output().expect("run scripts/kube-node.sh");
         let said = String::from_utf8_lossy(&up.stderr).into_owned();
