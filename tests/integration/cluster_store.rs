@@ -61,6 +61,14 @@ impl ClusterStore {
         ClusterStore::Kubernetes
     }
 
+    /// The figure of a call's log record that counts the requests it made to the store.
+    pub fn requests_field(&self) -> &'static str {
+        match self {
+            ClusterStore::Etcd(_) => "etcd_requests",
+            ClusterStore::Kubernetes => "kube_requests",
+        }
+    }
+
     /// Simulated nodes `<network>-node-0`, `-node-1`, ... of `network`, running
     /// cluster-pool with these `ipam` keys.
     pub fn cluster(&self, network: &str, nodes: usize, ipam: &Value) -> Cluster<'_> {
@@ -130,6 +138,46 @@ impl Cluster<'_> {
         conf
     }
 
+    /// Node `n`'s netconf for the network `<network>-<suffix>` on the same store.
+    pub fn other_network(&self, n: usize, suffix: &str) -> Value {
+        let mut conf = self.confs[n].clone();
+        conf["name"] = self.other_name(suffix).into();
+        conf
+    }
+
+    /// The name of the network `<network>-<suffix>`.
+    pub fn other_name(&self, suffix: &str) -> String {
+        format!("{}-{suffix}", self.network)
+    }
+
+    /// The store as the host names it to node `n` in its messages.
+    pub fn describe(&self, n: usize) -> String {
+        match self.store {
+            ClusterStore::Etcd(etcd) => {
+                format!(
+                    "etcd store {} (prefix {})",
+                    etcd.endpoints()[0],
+                    self.prefix
+                )
+            }
+            // The server as the kubeconfig's URL prints it, with its root path.
+            ClusterStore::Kubernetes => format!(
+                "Kubernetes store {}/ ({})",
+                kube_store::api().url(),
+                self.kubeconfig(n).display()
+            ),
+        }
+    }
+
+    /// Node `n`'s kubeconfig, on the Kubernetes store.
+    pub fn kubeconfig(&self, n: usize) -> PathBuf {
+        PathBuf::from(
+            self.confs[n]["ipam"]["store"]["kubeconfig"]
+                .as_str()
+                .unwrap(),
+        )
+    }
+
     /// Node `n`'s netconf, written to a file of its own.
     pub fn conf_file(&self, n: usize) -> PathBuf {
         write_conf(&self.nodes[n], &self.confs[n])
@@ -145,6 +193,17 @@ impl Cluster<'_> {
         self.values_of(&self.network, start).into_keys().collect()
     }
 
+    /// The keys of network `network`'s module entries that start with `start`.
+    pub fn keys_of(&self, network: &str, start: &str) -> Vec<String> {
+        self.values_of(network, start).into_keys().collect()
+    }
+
+    /// The network's module entries whose keys start with `start`, each value as JSON
+    /// (null for one that is not).
+    pub fn values(&self, start: &str) -> BTreeMap<String, Value> {
+        self.values_of(&self.network, start)
+    }
+
     fn values_of(&self, network: &str, start: &str) -> BTreeMap<String, Value> {
         match self.store {
             ClusterStore::Etcd(etcd) => {
@@ -158,6 +217,21 @@ impl Cluster<'_> {
                 .into_iter()
                 .filter(|(k, _)| k.starts_with(start))
                 .collect(),
+        }
+    }
+
+    /// Whether the store holds anything at all for `network`: on etcd any key of it
+    /// (entries, usage rows, the record of its module), on Kubernetes any object.
+    pub fn holds_network(&self, network: &str) -> bool {
+        match self.store {
+            ClusterStore::Etcd(etcd) => {
+                let record = format!("{}s/{network}", self.prefix);
+                !etcd
+                    .keys(&format!("{}n/{network}/", self.prefix))
+                    .is_empty()
+                    || !etcd.ctl(&["get", "--keys-only", &record]).trim().is_empty()
+            }
+            ClusterStore::Kubernetes => !kube_store::objects(network).is_empty(),
         }
     }
 }

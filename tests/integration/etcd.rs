@@ -2,7 +2,14 @@
 //! etcd-server, started by each test on loopback on free ports in a temporary
 //! directory, and killed when the test ends. Nodes are simulated as the cluster
 //! issue asks: each has its own lock file, data dir and `nodeName`.
+//!
+//! The tests of features a module or an operator sees (a shared pool, blocks per node,
+//! `list --node`, `forget` and the store commands, `release-node`) run on the
+//! Kubernetes store too ([`crate::cluster_store`]); those of etcd's own workings
+//! (transactions and their limits, members lost, TLS, the rate limiter, the requests a
+//! call makes) run on etcd only.
 
+use crate::cluster_store::{Cluster, ClusterStore, on_both_stores};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::net::TcpListener;
@@ -312,53 +319,54 @@ fn last_call(node: &Node) -> Value {
     node.log_lines("invocation").pop().expect("a logged call")
 }
 
-#[test]
-fn an_add_and_a_del_go_to_etcd_and_every_node_sees_them() {
-    let etcd = Etcd::start(1);
-    let store = etcd.store("/t/");
-    let (a, b) = (Node::new(), Node::new());
+on_both_stores!(an_add_and_a_del_go_to_the_store_and_every_node_sees_them);
+fn an_add_and_a_del_go_to_the_store_and_every_node_sees_them(store: &ClusterStore) {
     let ipam = json!({"subnet": "10.80.0.0/24"});
-    let conf_a = node_conf(&a, "node-a", &host_local_module(), &store, ipam.clone());
-    let conf_b = node_conf(&b, "node-b", &host_local_module(), &store, ipam);
+    let cluster = store.cluster_of("e-basic", &["a", "b"], &host_local_module(), &ipam);
+    let (a, conf_a, conf_b) = (&cluster.nodes[0], &cluster.confs[0], &cluster.confs[1]);
 
-    let first = Call::new("ADD", "c1").run(&conf_a);
+    let first = Call::new("ADD", "c1").run(conf_a);
     assert_eq!(first.address(), "10.80.0.2/24");
     // Node b shares the pool: it sees node a's allocation and takes the next address.
-    assert_eq!(
-        Call::new("ADD", "c2").run(&conf_b).address(),
-        "10.80.0.3/24"
-    );
-    let entries = etcd.keys("/t/n/testnet/e/");
+    assert_eq!(Call::new("ADD", "c2").run(conf_b).address(), "10.80.0.3/24");
+    let entries = cluster.keys("");
     assert!(
         entries.iter().any(|k| k.contains("10.80.0.2"))
             && entries.iter().any(|k| k.contains("10.80.0.3")),
         "{entries:?}"
     );
     assert!(
-        a.store_entries("testnet").is_empty(),
+        a.store_entries(&cluster.network).is_empty(),
         "nothing in the embedded store"
     );
-    assert_eq!(
-        etcd.keys("/t/s/"),
-        ["/t/s/testnet"],
-        "the record of who serves it"
+    // The record of who serves the network, in etcd's key layout (docs/cluster.md,
+    // "The keys in etcd"); the Kubernetes store keeps it in an object of its own.
+    if let ClusterStore::Etcd(etcd) = store {
+        let records = format!("{}s/", cluster.prefix);
+        assert_eq!(
+            etcd.keys(&records),
+            [format!("{records}{}", cluster.network)],
+            "the record of who serves it"
+        );
+    }
+    let line = last_call(a);
+    assert!(
+        line[store.requests_field()].as_u64().unwrap() >= 3,
+        "{line}"
     );
-    let line = last_call(&a);
-    assert!(line["etcd_requests"].as_u64().unwrap() >= 3, "{line}");
     assert_eq!(line["store_retries"], 0);
 
     // A DEL from the other node frees c1's address cluster-wide.
-    Call::new("DEL", "c1").run(&conf_b).assert_ok();
-    Call::new("DEL", "c1").run(&conf_b).assert_ok();
-    let entries = etcd.keys("/t/n/testnet/e/");
+    Call::new("DEL", "c1").run(conf_b).assert_ok();
+    Call::new("DEL", "c1").run(conf_b).assert_ok();
+    let entries = cluster.keys("");
     assert!(
         !entries.iter().any(|k| k.contains("10.80.0.2")),
         "{entries:?}"
     );
 
-    // The operators' view reads etcd through the module's inspect export.
-    let conf_file = write_conf(&a, &conf_a);
-    let (ok, stdout, stderr) = list_json(&a, &conf_file, &[]);
+    // The operators' view reads the store through the module's inspect export.
+    let (ok, stdout, stderr) = cluster.operator(0, &["list", "--json"]);
     assert!(ok, "{stderr}");
     assert!(
         stdout.contains("10.80.0.3") && stdout.contains("c2"),
@@ -780,13 +788,15 @@ fn tls_with_a_client_certificate() {
     assert!(reply.msg().contains("etcd"), "{reply:?}");
 }
 
+on_both_stores!(three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_blocks);
 /// The cluster issue's scenario: three nodes, each running 100 ADDs at once against
-/// one cluster pool in etcd.
-#[test]
-fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_blocks() {
-    let etcd = Etcd::start(1);
+/// one cluster pool in a cluster store.
+fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_blocks(
+    store: &ClusterStore,
+) {
     let ipam = json!({"cidr": "10.90.0.0/16", "blockSize": 26, "deadlineSeconds": 120, "lockTimeoutSeconds": 600});
-    let (cluster, confs) = cluster(&etcd, "/c/", &ipam);
+    let nodes = store.cluster("e-hundred", 3, &ipam);
+    let (cluster, confs) = (&nodes.nodes, &nodes.confs);
     let started = Instant::now();
     let replies: Vec<(usize, String)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..3)
@@ -812,19 +822,7 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
     assert_eq!(distinct.len(), 300, "every address distinct");
 
     // Each block has exactly one owner, and each node's addresses lie in its own blocks.
-    let mut owner = std::collections::BTreeMap::new();
-    for line in etcd
-        .ctl(&["get", "--prefix", "/c/n/testnet/e/blk/"])
-        .lines()
-        .collect::<Vec<_>>()
-        .chunks(2)
-    {
-        let block = line[0]
-            .trim_start_matches("/c/n/testnet/e/blk/")
-            .to_string();
-        let record: Value = serde_json::from_str(line[1]).unwrap();
-        owner.insert(block, record["node"].as_str().unwrap().to_string());
-    }
+    let owner = block_owners(&nodes);
     let block_of = |address: &str| -> String {
         let ip: std::net::Ipv4Addr = address.split('/').next().unwrap().parse().unwrap();
         let base = u32::from(ip) & !63;
@@ -833,23 +831,23 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
     for (n, address) in &replies {
         assert_eq!(
             owner.get(&block_of(address)),
-            Some(&format!("node-{n}")),
-            "{address} of node-{n}: {owner:?}"
+            Some(&nodes.names[*n]),
+            "{address} of node {n}: {owner:?}"
         );
     }
     // 100 addresses take two /26 blocks (61 usable each) per node.
     assert_eq!(owner.len(), 6, "{owner:?}");
-    let (total, most) = retries(&cluster);
+    let (total, most) = retries(cluster);
     eprintln!("conflict retries: {total} in all, at most {most} in one call");
 
     // list reads the cluster through the module's inspect export, per node too.
-    let conf_file = write_conf(&cluster[0], &confs[0]);
+    let conf_file = nodes.conf_file(0);
     let (ok, stdout, stderr) = list_json(&cluster[0], &conf_file, &[]);
     assert!(ok, "{stderr}");
     let listed: Value = serde_json::from_str(&stdout).unwrap();
     let rows = listed.as_array().unwrap();
     assert_eq!(rows.len(), 300, "{stdout:.400}");
-    let (ok, stdout, stderr) = list_json(&cluster[0], &conf_file, &["--node", "node-1"]);
+    let (ok, stdout, stderr) = list_json(&cluster[0], &conf_file, &["--node", &nodes.names[1]]);
     assert!(ok, "{stderr}");
     let on_node_1: Vec<Value> = serde_json::from_str(&stdout).unwrap();
     assert_eq!(on_node_1.len(), 100);
@@ -872,93 +870,135 @@ fn three_nodes_with_a_hundred_adds_each_get_distinct_addresses_from_their_own_bl
             });
         }
     });
-    assert!(etcd.keys("/c/n/testnet/e/own/").is_empty());
+    assert!(nodes.keys("own/").is_empty());
 }
 
+on_both_stores!(store_commands_and_forget_work_on_the_cluster_store_a_netconf_names);
 /// The store commands and `forget` take `--netconf` like the others and work on the
-/// store it names: on etcd, `forget` deletes the network's key range (for every node)
-/// after the same checks as on the embedded store, `store check` checks it, and
-/// `store backup` and `restore` refuse, naming the store and etcd's own snapshot,
-/// rather than copy the node's embedded store instead. Nothing is created on the node.
-#[test]
-fn store_commands_and_forget_work_on_the_etcd_store_a_netconf_names() {
-    let etcd = Etcd::start(1);
-    let store = etcd.store("/f/");
-    let (a, b) = (Node::new(), Node::new());
+/// store it names: on a cluster store, `forget` deletes the network (its entries,
+/// every node's usage and its record) after the same checks as on the embedded store,
+/// `store check` checks it, and `store backup` and `restore` refuse, naming the store
+/// and what keeps it, rather than copy the node's embedded store instead. Nothing is
+/// created on the node.
+fn store_commands_and_forget_work_on_the_cluster_store_a_netconf_names(store: &ClusterStore) {
     let ipam = json!({"subnet": "10.82.0.0/24"});
-    let conf_a = node_conf(&a, "node-a", &host_local_module(), &store, ipam.clone());
-    let conf_b = node_conf(&b, "node-b", &host_local_module(), &store, ipam);
-    let mut other = conf_b.clone();
-    other["name"] = "other".into();
+    let cluster = store.cluster_of("e-forget", &["a", "b"], &host_local_module(), &ipam);
+    let (a, conf_a, conf_b) = (&cluster.nodes[0], &cluster.confs[0], &cluster.confs[1]);
+    let (network, other_name) = (cluster.network.as_str(), cluster.other_name("other"));
+    let mut other = cluster.other_network(1, "other");
     other["ipam"]["subnet"] = "10.83.0.0/24".into();
-    Call::new("ADD", "c1").run(&conf_a).assert_ok();
+    Call::new("ADD", "c1").run(conf_a).assert_ok();
     Call::new("ADD", "o1").run(&other).assert_ok();
     Call::new("DEL", "o1").run(&other).assert_ok();
-    let conf_file = write_conf(&a, &conf_a);
-    let endpoint = &etcd.endpoints()[0];
-    let named = format!("etcd store {endpoint} (prefix /f/)");
+    let conf_file = cluster.conf_file(0);
+    let named = cluster.describe(0);
 
-    let (ok, stdout, stderr) = operator_on(&a, &conf_file, &["store", "check"]);
+    let (ok, stdout, stderr) = operator_on(a, &conf_file, &["store", "check"]);
     assert!(ok, "{stderr}");
     assert!(stdout.starts_with(&format!("{named}: ok, ")), "{stdout}");
 
     let backup = a.dir.path().join("backup");
     let (ok, _, stderr) = operator_on(
-        &a,
+        a,
         &conf_file,
         &["store", "backup", "--to", &backup.to_string_lossy()],
     );
     assert!(
         !ok && stderr.contains("code 7")
             && stderr.contains(&named)
-            && stderr.contains(&format!("etcdctl --endpoints {endpoint} snapshot save")),
+            && stderr.contains("copies the embedded store only"),
         "{stderr}"
     );
     assert!(!backup.exists(), "nothing written");
     std::fs::write(&backup, "anything").unwrap();
-    let (ok, _, stderr) = operator_on(
-        &a,
+    let (ok, _, restore) = operator_on(
+        a,
         &conf_file,
         &["store", "restore", "--from", &backup.to_string_lossy()],
     );
-    assert!(
-        !ok && stderr.contains("code 7")
-            && stderr.contains(&named)
-            && stderr.contains("etcdutl snapshot restore"),
-        "{stderr}"
-    );
+    assert!(!ok && restore.contains("code 7"), "{restore}");
+    // What keeps each store, and so what backs it up and restores it, is the store's.
+    match store {
+        ClusterStore::Etcd(etcd) => {
+            let endpoint = &etcd.endpoints()[0];
+            assert!(
+                stderr.contains(&format!("etcdctl --endpoints {endpoint} snapshot save")),
+                "{stderr}"
+            );
+            assert!(
+                restore.contains(&named) && restore.contains("etcdutl snapshot restore"),
+                "{restore}"
+            );
+        }
+        ClusterStore::Kubernetes => {
+            assert!(
+                stderr.contains("kubectl get ipamshards -o yaml"),
+                "{stderr}"
+            );
+            assert!(
+                restore.contains(&*cluster.kubeconfig(0).to_string_lossy())
+                    && restore.contains("kubectl apply -f FILE"),
+                "{restore}"
+            );
+        }
+    }
 
     // forget: refused while the module reports an allocation, on any node.
     let forget = |network: &str, extra: &[&str]| {
         let mut args = vec!["forget", network];
         args.extend(extra);
-        operator_on(&a, &conf_file, &args)
+        operator_on(a, &conf_file, &args)
     };
-    let (ok, _, stderr) = forget("testnet", &[]);
+    let (ok, _, stderr) = forget(network, &[]);
     assert!(
         !ok && stderr.contains("still holds 1 allocation"),
         "{stderr}"
     );
-    assert!(!etcd.keys("/f/n/testnet/").is_empty());
+    assert!(cluster.holds_network(network));
     // Released by node b, it goes whole: entries, usage rows and record.
-    Call::new("DEL", "c1").run(&conf_b).assert_ok();
-    let (ok, stdout, stderr) = forget("testnet", &[]);
+    Call::new("DEL", "c1").run(conf_b).assert_ok();
+    let (ok, stdout, stderr) = forget(network, &[]);
     assert!(ok, "{stderr}");
-    assert!(stdout.starts_with("forgot network testnet"), "{stdout}");
-    assert!(etcd.keys("/f/n/testnet/").is_empty());
-    assert!(etcd.keys("/f/s/testnet").is_empty());
-    // A network whose conflist is gone, named through another's on the same store.
-    assert!(!etcd.keys("/f/n/other/").is_empty());
-    let (ok, _, stderr) = forget("testnet", &[]);
     assert!(
-        !ok && stderr.contains(&format!("{named} holds nothing for network testnet"))
-            && stderr.contains("(the networks it holds: other)"),
+        stdout.starts_with(&format!("forgot network {network}")),
+        "{stdout}"
+    );
+    assert!(!cluster.holds_network(network));
+    // A network whose conflist is gone, named through another's on the same store.
+    assert!(cluster.holds_network(&other_name));
+    let (ok, _, stderr) = forget(network, &[]);
+    assert!(
+        !ok && stderr.contains(&format!("{named} holds nothing for network {network}")),
         "{stderr}"
     );
-    let (ok, stdout, stderr) = forget("other", &[]);
+    // Which networks the store holds: on etcd those of the test's prefix; the
+    // apiserver is shared by the whole test binary, so there it lists other tests'
+    // networks too.
+    match store {
+        ClusterStore::Etcd(_) => assert!(
+            stderr.contains(&format!("(the networks it holds: {other_name})")),
+            "{stderr}"
+        ),
+        ClusterStore::Kubernetes => assert!(
+            stderr.contains("(the networks it holds: ") && stderr.contains(&other_name),
+            "{stderr}"
+        ),
+    }
+    let (ok, stdout, stderr) = forget(&other_name, &[]);
     assert!(ok, "{stderr}");
-    assert!(stdout.starts_with("forgot network other"), "{stdout}");
-    assert!(etcd.keys("/f/").is_empty(), "{:?}", etcd.keys("/f/"));
+    assert!(
+        stdout.starts_with(&format!("forgot network {other_name}")),
+        "{stdout}"
+    );
+    assert!(!cluster.holds_network(&other_name));
+    if let ClusterStore::Etcd(etcd) = store {
+        // Nothing else under the prefix either (etcd's key layout).
+        assert!(
+            etcd.keys(&cluster.prefix).is_empty(),
+            "{:?}",
+            etcd.keys(&cluster.prefix)
+        );
+    }
     assert!(
         !a.data_dir().join(wasm_ipam::store::DATABASE_FILE).exists(),
         "no embedded store made on the node"
@@ -983,54 +1023,48 @@ fn release_node(on: &Node, conf: &Value, node: &str, extra: &[&str]) -> (bool, S
 }
 
 /// Each block's node, from cluster-pool's `blk/` records under `prefix`.
-fn block_owners(etcd: &Etcd, prefix: &str) -> std::collections::BTreeMap<String, String> {
-    let blocks = format!("{prefix}n/testnet/e/blk/");
-    etcd.ctl(&["get", "--prefix", &blocks])
-        .lines()
-        .collect::<Vec<_>>()
-        .chunks(2)
-        .map(|kv| {
-            let record: Value = serde_json::from_str(kv[1]).unwrap();
+fn block_owners(cluster: &Cluster) -> std::collections::BTreeMap<String, String> {
+    cluster
+        .values("blk/")
+        .into_iter()
+        .map(|(key, record)| {
             (
-                kv[0].trim_start_matches(&blocks).to_string(),
+                key["blk/".len()..].to_string(),
                 record["node"].as_str().unwrap().to_string(),
             )
         })
         .collect()
 }
 
-#[test]
-fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one() {
-    let etcd = Etcd::start(1);
-    let store = etcd.store("/r/");
-    let cluster: Vec<Node> = (0..3).map(|_| Node::new()).collect();
-    let names = ["node-a", "node-b", "node-c"];
+on_both_stores!(release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one);
+fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one(
+    store: &ClusterStore,
+) {
+    let suffixes = ["a", "b", "c"];
     // Four /29 blocks of 5 usable addresses each.
     let ipam = json!({"cidr": "10.96.0.0/27", "blockSize": 29});
-    let confs: Vec<Value> = cluster
-        .iter()
-        .zip(names)
-        .map(|(node, name)| node_conf(node, name, &cluster_pool_module(), &store, ipam.clone()))
-        .collect();
+    let nodes = store.cluster_of("e-release", &suffixes, &cluster_pool_module(), &ipam);
+    let (cluster, names, confs) = (&nodes.nodes, &nodes.names, &nodes.confs);
+    let network = nodes.network.as_str();
     let mut held = Vec::new();
     for (n, conf) in confs.iter().enumerate() {
         for i in 0..2 {
-            let id = format!("{}{i}", &names[n][5..]);
+            let id = format!("{}{i}", suffixes[n]);
             let address = Call::new("ADD", &id).run(conf).address().to_string();
             held.push((id, address.split('/').next().unwrap().to_string()));
         }
     }
-    let owners = block_owners(&etcd, "/r/");
+    let owners = block_owners(&nodes);
     assert_eq!(owners.len(), 3, "one block each: {owners:?}");
     let c_block = owners
         .iter()
-        .find(|(_, node)| *node == "node-c")
+        .find(|(_, node)| **node == names[2])
         .map(|(block, _)| block.clone())
         .unwrap();
     let (a, c) = (&cluster[0], &cluster[2]);
     // A second network on the same store, where node c runs a pod too.
-    let mut second = confs[2].clone();
-    second["name"] = "second".into();
+    let second_name = nodes.other_name("second");
+    let mut second = nodes.other_network(2, "second");
     second["ipam"]["cidr"] = "10.96.1.0/27".into();
     let second_address = Call::new("ADD", "c-second")
         .run(&second)
@@ -1038,22 +1072,26 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         .to_string();
 
     // Node b called a moment ago: refused, nothing released.
-    let entries = etcd.keys("/r/n/testnet/e/");
-    let (ok, _, stderr) = release_node(a, &confs[0], "node-b", &["--window", "1h"]);
+    let entries = nodes.keys("");
+    let (ok, _, stderr) = release_node(a, &confs[0], &names[1], &["--window", "1h"]);
     assert!(!ok, "a live node is refused");
     assert!(
-        stderr.contains("code 11") && stderr.contains("node node-b committed a call"),
+        stderr.contains("code 11")
+            && stderr.contains(&format!("node {} committed a call", names[1])),
         "{stderr}"
     );
     // A node cannot release itself.
-    let (ok, _, stderr) = release_node(c, &confs[2], "node-c", &["--force"]);
+    let (ok, _, stderr) = release_node(c, &confs[2], &names[2], &["--force"]);
     assert!(!ok && stderr.contains("runs as"), "{stderr}");
     // A name no node ever called with (a typo) is an error, even with --force.
-    let (ok, _, stderr) = release_node(a, &confs[0], "node-9", &["--force"]);
+    let typo = format!("{network}-9");
+    let (ok, _, stderr) = release_node(a, &confs[0], &typo, &["--force"]);
     assert!(
         !ok && stderr.contains("code 7")
-            && stderr.contains("node node-9 has never committed to network testnet")
-            && stderr.contains("node-a, node-b, node-c"),
+            && stderr.contains(&format!(
+                "node {typo} has never committed to network {network}"
+            ))
+            && stderr.contains(&names.join(", ")),
         "{stderr}"
     );
     // `gc --network NAME` finds no record of an etcd network on the node: it says
@@ -1063,7 +1101,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     let (ok, _, stderr) = operator_output([
         "gc".as_ref(),
         "--network".as_ref(),
-        "testnet".as_ref(),
+        network.as_ref(),
         "--valid-from".as_ref(),
         valid.as_os_str(),
         "--data-dir".as_ref(),
@@ -1077,14 +1115,14 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
             && stderr.contains("recorded in etcd, not on the node: name it with --netconf FILE"),
         "{stderr}"
     );
-    assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
+    assert_eq!(nodes.keys(""), entries, "nothing changed");
 
     // Node c stops. Once it has been quiet for the (small) window, a dry run says what
     // would go, and changes nothing.
     let waited = Instant::now();
     let dry = loop {
         let (ok, stdout, stderr) =
-            release_node(a, &confs[0], "node-c", &["--window", "2s", "--dry-run"]);
+            release_node(a, &confs[0], &names[2], &["--window", "2s", "--dry-run"]);
         if ok {
             break stdout;
         }
@@ -1095,11 +1133,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert_eq!(
-        etcd.keys("/r/n/testnet/e/"),
-        entries,
-        "a dry run changes nothing"
-    );
+    assert_eq!(nodes.keys(""), entries, "a dry run changes nothing");
     assert!(
         dry.contains("would release 2 address(es) and 1 block(s)"),
         "{dry}"
@@ -1108,7 +1142,7 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     // Node c, quiet for 8 s, calls again in the second network: every network is
     // refused, the first one untouched.
     let waited = Instant::now();
-    while !release_node(a, &confs[0], "node-c", &["--window", "8s", "--dry-run"]).0 {
+    while !release_node(a, &confs[0], &names[2], &["--window", "8s", "--dry-run"]).0 {
         assert!(
             waited.elapsed() < Duration::from_secs(90),
             "never quiet for 8 s"
@@ -1116,15 +1150,15 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         std::thread::sleep(Duration::from_millis(200));
     }
     Call::new("ADD", "c-second-2").run(&second).assert_ok();
-    let (ok, _, stderr) = release_node(a, &confs[0], "node-c", &["--window", "8s"]);
+    let (ok, _, stderr) = release_node(a, &confs[0], &names[2], &["--window", "8s"]);
     assert!(
-        !ok && stderr.contains("code 11") && stderr.contains("network second"),
+        !ok && stderr.contains("code 11") && stderr.contains(&format!("network {second_name}")),
         "{stderr}"
     );
-    assert_eq!(etcd.keys("/r/n/testnet/e/"), entries, "nothing changed");
+    assert_eq!(nodes.keys(""), entries, "nothing changed");
     let waited = Instant::now();
     let stdout = loop {
-        let (ok, stdout, stderr) = release_node(a, &confs[0], "node-c", &["--window", "2s"]);
+        let (ok, stdout, stderr) = release_node(a, &confs[0], &names[2], &["--window", "2s"]);
         if ok {
             break stdout;
         }
@@ -1150,14 +1184,20 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     assert!(stdout.contains(&format!("block   {c_block}")), "{stdout}");
     // One command released node c from every network of the store.
     assert!(
-        stdout.contains("network second, node node-c: released 2 address(es) and 1 block(s)")
-            && stdout.contains(second_address.split('/').next().unwrap()),
+        stdout.contains(&format!(
+            "network {second_name}, node {}: released 2 address(es) and 1 block(s)",
+            names[2]
+        )) && stdout.contains(second_address.split('/').next().unwrap()),
         "{stdout}"
     );
-    assert!(etcd.keys("/r/n/second/e/own/node-c/").is_empty());
+    assert!(
+        nodes
+            .keys_of(&second_name, &format!("own/{}/", names[2]))
+            .is_empty()
+    );
 
     // Its addresses and block are gone; the others' are untouched.
-    let conf_file = write_conf(a, &confs[0]);
+    let conf_file = nodes.conf_file(0);
     let (ok, listed, stderr) = list_json(a, &conf_file, &[]);
     assert!(ok, "{stderr}");
     let mut rows: Vec<(String, String)> = serde_json::from_str::<Vec<Value>>(&listed)
@@ -1172,11 +1212,11 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
         .collect();
     rows.sort();
     assert_eq!(rows, held[..4], "{listed}");
-    let after = block_owners(&etcd, "/r/");
+    let after = block_owners(&nodes);
     assert!(!after.contains_key(&c_block), "{after:?}");
     assert_eq!(after.len(), 2);
-    assert!(etcd.keys("/r/n/testnet/e/aff/node-c/").is_empty());
-    assert!(etcd.keys("/r/n/testnet/e/own/node-c/").is_empty());
+    assert!(nodes.keys(&format!("aff/{}/", names[2])).is_empty());
+    assert!(nodes.keys(&format!("own/{}/", names[2])).is_empty());
 
     // The live nodes fill their blocks and claim the free ones, node c's among them.
     for i in 0..8 {
@@ -1186,12 +1226,9 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
                 .assert_ok();
         }
     }
-    let owners = block_owners(&etcd, "/r/");
+    let owners = block_owners(&nodes);
     assert_eq!(owners.len(), 4, "{owners:?}");
-    assert!(
-        ["node-a", "node-b"].contains(&owners[&c_block].as_str()),
-        "{owners:?}"
-    );
+    assert!(names[..2].contains(&owners[&c_block]), "{owners:?}");
 
     // A store no other node shares has no node to release.
     let solo = Node::new();
@@ -1208,16 +1245,15 @@ fn release_node_frees_a_gone_nodes_addresses_and_blocks_and_refuses_a_live_one()
     );
 
     // A module built against 0.2.0 has no `nodes` export: it is named, nothing runs.
-    let old_store = etcd.store("/r2/");
-    let old = node_conf(
-        a,
-        "node-a",
+    let old = store.cluster_of(
+        "e-release-old",
+        &["a"],
         &legacy_v0_2_module(),
-        &old_store,
-        json!({"addresses": ["10.98.0.2/24"]}),
+        &json!({"addresses": ["10.98.0.2/24"]}),
     );
-    Call::new("ADD", "o1").run(&old).assert_ok();
-    let (ok, _, stderr) = release_node(a, &old, "node-x", &["--force"]);
+    Call::new("ADD", "o1").run(&old.confs[0]).assert_ok();
+    let gone = format!("{}-x", old.network);
+    let (ok, _, stderr) = release_node(&old.nodes[0], &old.confs[0], &gone, &["--force"]);
     assert!(
         !ok && stderr.contains("code 100") && stderr.contains("does not export nodes"),
         "{stderr}"
