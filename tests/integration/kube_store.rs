@@ -184,14 +184,27 @@ fn adds_and_dels_on_two_nodes_go_to_the_api_and_each_node_writes_its_own_objects
         "{table}"
     );
     // A second pod in the node's block, and its DEL: the steady state.
-    Call::new("ADD", "pod-c").run(&confs[0]).assert_ok();
-    Call::new("DEL", "pod-c").run(&confs[0]).assert_ok();
+    // At logLevel debug, each request is a line of its own (target `store`).
+    let mut debug = confs[0].clone();
+    debug["ipam"]["logLevel"] = "debug".into();
+    let before = nodes[0].log_lines("store").len();
+    Call::new("ADD", "pod-c").run(&debug).assert_ok();
+    Call::new("DEL", "pod-c").run(&debug).assert_ok();
+    let lines = nodes[0].log_lines("store");
+    for line in &lines[before..] {
+        eprintln!("{line}");
+    }
     // Every call's log record states the API requests it made.
     let requests = kube_requests(&nodes[0]);
     assert_eq!(requests.len(), 4);
     assert!(requests.iter().all(|&r| r > 0), "{requests:?}");
     eprintln!(
         "API requests per call on node 0 (first ADD, ADD again, a steady ADD, its DEL): {requests:?}"
+    );
+    assert_eq!(
+        lines.len() - before,
+        (requests[2] + requests[3]) as usize,
+        "one debug line per request"
     );
 
     // list reads the cluster through the module's inspect export.

@@ -73,6 +73,7 @@ struct Answer {
 }
 
 /// Why one try of a request failed before an answer came.
+#[derive(Debug)]
 enum TryFailure {
     /// No connection was made: the request never left.
     NotSent(String),
@@ -442,6 +443,15 @@ impl Api {
                 left.as_secs_f64()
             ))),
         };
+        tracing::debug!(
+            target: "store",
+            "kubernetes: {what}: {} after {:.1} ms",
+            match &result {
+                Ok(answer) => answer.status.to_string(),
+                Err(e) => format!("{e:?}"),
+            },
+            started.elapsed().as_secs_f64() * 1000.0
+        );
         let reached = matches!(&result, Ok(a) if !transient(a.status));
         if reached {
             crate::store::silence::answered();

@@ -70,6 +70,9 @@ struct State {
     /// Every object this attempt read, by name: its `resourceVersion` (none: absent)
     /// and its entries.
     read: BTreeMap<String, Read>,
+    /// Objects read by peeks only (not checked at the commit), so one object is
+    /// fetched once per attempt; a later guarded read checks it from this version.
+    peeked: BTreeMap<String, Read>,
     /// Every list this attempt made, by selector: the names and versions it saw.
     listed: BTreeMap<String, BTreeMap<String, String>>,
     conflicted: bool,
@@ -155,6 +158,15 @@ impl KubernetesStore {
         if let Some(read) = self.state.borrow().read.get(&name) {
             return Ok(read.clone());
         }
+        let peeked = self.state.borrow_mut().peeked.remove(&name);
+        if let Some(read) = peeked {
+            let mut state = self.state.borrow_mut();
+            match guarded {
+                true => state.read.insert(name, read.clone()),
+                false => state.peeked.insert(name, read.clone()),
+            };
+            return Ok(read);
+        }
         let shard = match self.api.get(&name)? {
             Some(shard) if shard.spec.lock.is_some() => self.resolve(shard, false)?,
             other => other,
@@ -181,12 +193,11 @@ impl KubernetesStore {
             shard,
             entries,
         };
-        if guarded {
-            self.state
-                .borrow_mut()
-                .read
-                .insert(read.place.name(), read.clone());
-        }
+        let mut state = self.state.borrow_mut();
+        match guarded {
+            true => state.read.insert(read.place.name(), read.clone()),
+            false => state.peeked.insert(read.place.name(), read.clone()),
+        };
         Ok(read)
     }
 
@@ -662,7 +673,9 @@ impl Store for KubernetesStore {
             && net == network
         {
             let place = Place::network(network);
-            let read = self.load(&place, true)?;
+            // Not remembered for validation: the record decides nothing the module
+            // saw; when it is written, its lock's precondition guards it.
+            let read = self.load(&place, false)?;
             let text = serde_json::to_string(&record).expect("serialisable");
             let stored = read.shard.as_ref().and_then(|s| s.spec.served_by.clone());
             if stored.as_deref() != Some(text.as_str()) {
@@ -874,6 +887,7 @@ impl Store for KubernetesStore {
     fn begin(&mut self) {
         let mut state = self.state.borrow_mut();
         state.read.clear();
+        state.peeked.clear();
         state.listed.clear();
         state.conflicted = false;
     }
