@@ -61,6 +61,10 @@ impl ClusterStore {
         ClusterStore::Kubernetes
     }
 
+    pub fn is_etcd(&self) -> bool {
+        matches!(self, ClusterStore::Etcd(_))
+    }
+
     /// The figure of a call's log record that counts the requests it made to the store.
     pub fn requests_field(&self) -> &'static str {
         match self {
