@@ -21,6 +21,7 @@ pub fn all() -> String {
 }
 
 pub fn crd() -> String {
+    let max_entries = super::objects::MAX_OBJECT_ENTRIES;
     format!(
         r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -61,7 +62,7 @@ spec:
               size: {{type: integer, minimum: 0}}
               entries:
                 type: array
-                maxItems: 4096
+                maxItems: {max_entries}
                 x-kubernetes-list-type: map
                 x-kubernetes-list-map-keys: [key]
                 items:

@@ -474,13 +474,25 @@ impl KubernetesStore {
         };
         let mut listed_names = BTreeSet::new();
         for (selector, seen) in &lists {
-            let now: BTreeMap<String, String> = self
+            let mut now: BTreeMap<String, String> = self
                 .api
                 .list(selector)?
                 .into_iter()
-                .filter(|s| !locked_names.contains(s.metadata.name.as_str()))
                 .map(|s| (s.metadata.name.clone(), s.rv()))
                 .collect();
+            // An object this call locked is checked by its lock from the version the
+            // call read; that version must be the one the list saw (absent included),
+            // or another commit put it under the listed prefix in between (a phantom).
+            for name in &locked_names {
+                if now.remove(*name).is_some() || seen.contains_key(*name) {
+                    let at_read = reads.get(*name).and_then(Read::rv);
+                    if seen.get(*name) != at_read.as_ref() {
+                        return Err(self.conflicted(&format!(
+                            "{PLURAL}/{name} changed under a listed prefix since it was listed"
+                        )));
+                    }
+                }
+            }
             let before: BTreeMap<String, String> = seen
                 .iter()
                 .filter(|(name, _)| !locked_names.contains(name.as_str()))
@@ -652,6 +664,17 @@ impl Store for KubernetesStore {
             let bytes = serde_json::to_vec(&spec.entries)
                 .expect("serialisable")
                 .len();
+            if spec.entries.len() > objects::MAX_OBJECT_ENTRIES {
+                return Err(CniError::new(
+                    code::LIMIT_EXCEEDED,
+                    format!(
+                        "kubernetes: the entries of group {:?} of network {network:?} would number {} in one {KIND}, over its limit of {}; nothing was committed",
+                        place.group,
+                        spec.entries.len(),
+                        objects::MAX_OBJECT_ENTRIES
+                    ),
+                ));
+            }
             if bytes > objects::MAX_OBJECT_BYTES {
                 return Err(CniError::new(
                     code::LIMIT_EXCEEDED,
@@ -667,27 +690,15 @@ impl Store for KubernetesStore {
                 .insert(place.name(), object_changes.clone());
             targets.push((read, spec));
         }
-        // The network's record, written only when it changes.
-        let served_by = self.state.borrow().served_by.clone();
-        if let Some((net, record)) = served_by
-            && net == network
-        {
-            let place = Place::network(network);
-            // Not remembered for validation: the record decides nothing the module
-            // saw; when it is written, its lock's precondition guards it.
-            let read = self.load(&place, false)?;
-            let text = serde_json::to_string(&record).expect("serialisable");
-            let stored = read.shard.as_ref().and_then(|s| s.spec.served_by.clone());
-            if stored.as_deref() != Some(text.as_str()) {
-                let mut spec = read
-                    .shard
-                    .as_ref()
-                    .map_or_else(|| Spec::empty(&place), |s| s.spec.clone());
-                spec.served_by = Some(text.clone());
-                decision.changes.insert(place.name(), Vec::new());
-                targets.push((read, spec));
-            }
-        }
+        // Which module served the network, as this node ran it: kept in the node's own
+        // object, written with the decision, so no call writes a shared record.
+        let served_by = self
+            .state
+            .borrow()
+            .served_by
+            .clone()
+            .filter(|(net, _)| net == network)
+            .map(|(_, record)| serde_json::to_string(&record).expect("serialisable"));
         let rows = self.node_rows(network)?;
         let (total, mine) = sum(&rows, &self.node);
         let after = NodeUsage {
@@ -739,6 +750,9 @@ impl Store for KubernetesStore {
             bytes: usage.bytes + delta.bytes,
             last: Some(crate::health::unix_now()),
         });
+        if served_by.is_some() {
+            own.spec.served_by = served_by;
+        }
         own.spec.decided = Some(decision.clone());
         own.spec.commit = Some(decision.commit.clone());
         let decided = match own.metadata.resource_version.is_some() {
@@ -812,18 +826,25 @@ impl Store for KubernetesStore {
         self.state.borrow_mut().served_by = Some((network.to_string(), served_by.clone()));
     }
 
+    /// Each network's record as the node that committed to it last ran it.
     fn served_by(&self) -> Result<Records, CniError> {
-        let mut records: Records = self
-            .api
-            .list(&select(Role::Network, None))?
+        let mut latest: BTreeMap<String, (Option<u64>, String)> = BTreeMap::new();
+        for shard in self.api.list(&select(Role::Node, None))? {
+            let Some(text) = shard.spec.served_by else {
+                continue;
+            };
+            let last = shard.spec.usage.and_then(|u| u.last);
+            let newer = latest
+                .get(&shard.spec.network)
+                .is_none_or(|(seen, _)| last > *seen);
+            if newer {
+                latest.insert(shard.spec.network, (last, text));
+            }
+        }
+        Ok(latest
             .into_iter()
-            .filter_map(|s| {
-                let record = s.spec.served_by.as_deref().map(ServedBy::from_json)?;
-                Some((s.spec.network.clone(), record))
-            })
-            .collect();
-        records.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(records)
+            .map(|(network, (_, text))| (network, ServedBy::from_json(&text)))
+            .collect())
     }
 
     fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {

@@ -35,6 +35,11 @@ pub const NODE_LABEL: &str = "ipam.wasm-ipam.dev/node";
 /// request at any size. A commit that would grow a group's object past it is
 /// refused (code 105) naming the group; see docs/kubernetes-store.md.
 pub const MAX_OBJECT_BYTES: usize = 256 * 1024;
+/// The most entries one object holds: the CRD's `maxItems` for `entries`, so a list
+/// of that many keys is checked by the apiserver in bounded time. A commit that
+/// would put more in one group's object is refused (code 105) like one over
+/// [`MAX_OBJECT_BYTES`], before anything is written.
+pub const MAX_OBJECT_ENTRIES: usize = 4096;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -97,7 +102,14 @@ impl Place {
         let hash = short_hash(&[self.role.as_str(), &self.network, &self.group]);
         let readable = sanitize(&format!("{}.{}", self.network, self.group));
         let readable: String = readable.chars().take(60).collect();
-        let readable = readable.trim_matches(['-', '.']);
+        // An RFC 1123 subdomain: each dot-separated label starts and ends with a letter
+        // or digit (a network named `a-` must not make a name the apiserver refuses).
+        let readable = readable
+            .split('.')
+            .map(|label| label.trim_matches('-'))
+            .filter(|label| !label.is_empty())
+            .collect::<Vec<_>>()
+            .join(".");
         match readable.is_empty() {
             true => format!("{}-{hash}", self.role.as_str()),
             false => format!("{readable}-{hash}"),
@@ -445,6 +457,10 @@ mod tests {
             Place::node("net", "own/node-a"),
             Place::network("net"),
             Place::entries("", ""),
+            Place::entries("a-", "-b/c"),
+            Place::entries("x_", "_y/z"),
+            Place::entries("a..b", "./."),
+            Place::node(".", "-"),
         ];
         let names: std::collections::BTreeSet<String> = places.iter().map(Place::name).collect();
         assert_eq!(names.len(), places.len());
@@ -455,10 +471,14 @@ mod tests {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.'),
                 "{name}"
             );
-            assert!(
-                name.starts_with(|c: char| c.is_ascii_alphanumeric()),
-                "{name}"
-            );
+            // The apiserver's rule for a name: RFC 1123 subdomain labels.
+            for label in name.split('.') {
+                assert!(
+                    label.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && label.ends_with(|c: char| c.is_ascii_alphanumeric()),
+                    "{name}"
+                );
+            }
         }
     }
 
