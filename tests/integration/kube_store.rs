@@ -747,3 +747,38 @@ webhooks:
     let held = held_in(&entries_of(&objects_on(&own, "k-500")));
     assert_eq!(held.len(), 2, "{held:?}");
 }
+
+/// The per-object limits and names: 4097 entries for one group are refused before any
+/// write (code 105, naming the limit) and 4096 are taken; a network whose name is no
+/// DNS label on its own (`k-limits-`) still makes names the apiserver accepts.
+#[test]
+fn a_group_over_4096_entries_is_refused_whole_and_any_network_name_is_stored() {
+    let api = api();
+    let node = Node::new();
+    let name = "k-limits-node";
+    let kubeconfig = node_kubeconfig(api, name);
+    let writes = |n: usize| -> Vec<String> { (0..n).map(|i| format!("g/one/{i:05}=x")).collect() };
+    let mut conf = node.netconf(
+        "1.1.0",
+        &probe_module(),
+        json!({"probe": {"write": writes(4097)}}),
+    );
+    conf["name"] = "k-limits-".into();
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] =
+        json!({"type": "kubernetes", "kubeconfig": kubeconfig, "qps": 1000, "burst": 1000});
+    let refused = Call::new("ADD", "over").run(&conf);
+    assert_eq!(refused.error_code(), 105, "{refused:?}");
+    assert!(
+        refused.msg().contains("4097") && refused.msg().contains("4096"),
+        "{refused:?}"
+    );
+    assert!(objects("k-limits-").is_empty(), "nothing written");
+    conf["ipam"]["probe"]["write"] = json!(writes(4096));
+    Call::new("ADD", "at").run(&conf).assert_ok();
+    let stored = entries("k-limits-");
+    assert_eq!(
+        stored.keys().filter(|k| k.starts_with("g/one/")).count(),
+        4096
+    );
+}
