@@ -521,7 +521,7 @@ impl Api {
             StatusCode::FORBIDDEN => CniError::new(
                 code::STORE_FAILURE,
                 format!(
-                    "kubernetes: the identity of ipam.store.kubeconfig {kubeconfig} may not {verb} {PLURAL}.{} (403 Forbidden); grant it the RBAC that `wasm-ipam kubernetes manifests` prints",
+                    "kubernetes: the identity of ipam.store.kubeconfig {kubeconfig} may not {verb} {PLURAL}.{} (403 Forbidden); as a cluster admin, apply the RBAC that `wasm-ipam kubernetes manifests` prints, with its CRD if the cluster has none yet (a 403 comes before the apiserver looks for the resource): wasm-ipam kubernetes manifests | kubectl apply -f -",
                     super::objects::GROUP
                 ),
             ),
