@@ -26,7 +26,8 @@ pub enum StoreCommand {
         netconf: Option<PathBuf>,
     },
     /// Write a consistent copy of the store to a new file, under the lock (the
-    /// embedded store; an etcd store is refused: use `etcdctl snapshot save`).
+    /// embedded store; an etcd store is refused: use `etcdctl snapshot save`; a
+    /// Kubernetes store too: `kubectl get ipamshards -o yaml`).
     Backup {
         #[command(flatten)]
         store: StoreArgs,
@@ -39,7 +40,7 @@ pub enum StoreCommand {
     },
     /// Put a backup in place of the store, under the lock; what was there is kept
     /// beside it (the embedded store; an etcd store is refused: use
-    /// `etcdutl snapshot restore`).
+    /// `etcdutl snapshot restore`; a Kubernetes store too: `kubectl apply -f`).
     Restore {
         #[command(flatten)]
         store: StoreArgs,

@@ -26,9 +26,10 @@ pub struct CallTiming {
     pub datastore: Datastore,
 }
 
-/// One call's datastore figures: requests sent, commits refused by a conflict,
-/// handler runs repeated after one, time waiting for answers and for the node's rate
-/// limiter (seconds). All zero for the embedded store.
+/// One call's datastore figures (etcd or the Kubernetes API, whichever the network
+/// uses): requests sent, commits refused by a conflict, handler runs repeated after
+/// one, time waiting for answers and for the node's rate limiter (seconds). All zero
+/// for the embedded store.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 pub struct Datastore {
     #[serde(rename = "etcd_requests")]
@@ -41,6 +42,25 @@ pub struct Datastore {
     pub latency_ms: f64,
     #[serde(rename = "etcd_rate_wait_ms")]
     pub rate_wait_ms: f64,
+}
+
+/// The Kubernetes store's fields of a log line, summed into [`Datastore`].
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct KubeFields {
+    kube_requests: u64,
+    kube_conflicts: u64,
+    kube_ms: f64,
+    kube_rate_wait_ms: f64,
+}
+
+impl Datastore {
+    fn with_kube(mut self, kube: KubeFields) -> Self {
+        self.requests += kube.kube_requests;
+        self.conflicts += kube.kube_conflicts;
+        self.latency_ms += kube.kube_ms;
+        self.rate_wait_ms += kube.kube_rate_wait_ms;
+        self
+    }
 }
 
 #[derive(Deserialize)]
@@ -57,6 +77,9 @@ struct InvocationLine {
     /// Lines written before the etcd store have none of its fields.
     #[serde(flatten)]
     datastore: Option<Datastore>,
+    /// Lines written before the Kubernetes store have none of its fields.
+    #[serde(flatten)]
+    kube: Option<KubeFields>,
 }
 
 /// Which calls `stats` reads: the `last` most recent, and of those only the ones
@@ -105,7 +128,10 @@ fn call_timing(line: &str) -> Option<(CallTiming, Option<SystemTime>)> {
         lock_wait: l.lock_wait_ms / 1000.0,
         lock_hold: l.lock_hold_ms / 1000.0,
         budget_used: l.budget_used_ms / 1000.0,
-        datastore: l.datastore.unwrap_or_default(),
+        datastore: l
+            .datastore
+            .unwrap_or_default()
+            .with_kube(l.kube.unwrap_or_default()),
     };
     Some((timing, logged))
 }
@@ -120,7 +146,7 @@ pub(super) type Count = (&'static str, &'static str, fn(&Datastore) -> u64);
 pub(super) const DATASTORE_COUNTS: &[Count] = &[
     (
         "wasm_ipam_datastore_requests_total",
-        "Requests calls sent to the datastore (etcd).",
+        "Requests calls sent to the datastore (etcd or the Kubernetes API).",
         |d| d.requests,
     ),
     (
@@ -389,6 +415,21 @@ not json
         );
         let table = table(&[], &timings, Some(std::path::Path::new("log")));
         assert!(table.contains("datastore_conflicts"), "{table}");
+    }
+
+    #[test]
+    fn the_kubernetes_stores_figures_are_datastore_figures_too() {
+        let log = r#"{"target":"invocation","command":"ADD","lock_wait_ms":2.0,"lock_hold_ms":100.0,"budget_used_ms":99.0,"etcd_requests":0,"etcd_conflicts":0,"store_retries":1,"etcd_ms":0.0,"etcd_rate_wait_ms":0.0,"kube_requests":11,"kube_conflicts":2,"kube_ms":40.0,"kube_rate_wait_ms":100.0}
+"#;
+        let timings = call_timings(log);
+        let d = timings[0].datastore;
+        assert_eq!((d.requests, d.conflicts, d.retries), (11, 2, 1));
+        assert_eq!((d.latency_ms, d.rate_wait_ms), (40.0, 100.0));
+        let text = prometheus(&[], &[], &timings);
+        assert!(
+            text.contains("wasm_ipam_datastore_requests_total 11\n"),
+            "{text}"
+        );
     }
 
     #[test]
