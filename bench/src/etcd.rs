@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-const ETCD: &str = "/usr/bin/etcd";
+pub const ETCD: &str = "/usr/bin/etcd";
 const ETCDCTL: &str = "/usr/bin/etcdctl";
 /// How long a new cluster may take to elect a leader and answer.
 const STARTUP: Duration = Duration::from_secs(60);

@@ -28,6 +28,15 @@ pub struct Invocation {
     pub etcd_conflicts: f64,
     pub store_retries: f64,
     pub etcd_ms: f64,
+    /// Time waiting for the node's etcd rate limiter (0 on other stores).
+    pub etcd_rate_wait_ms: f64,
+    /// On the Kubernetes store: API requests sent, writes that lost to another writer,
+    /// time spent in requests and waiting for the node's rate limiter (0 on other
+    /// stores, NaN in a log older than the store).
+    pub kube_requests: f64,
+    pub kube_conflicts: f64,
+    pub kube_ms: f64,
+    pub kube_rate_wait_ms: f64,
     /// When the line was written (just after the lock was released), ms since the
     /// Unix epoch; wasm-ipam's lines have it, the DEL models' do not.
     pub logged_at_ms: Option<f64>,
@@ -89,6 +98,11 @@ pub fn read(path: &Path) -> Vec<Invocation> {
                 etcd_conflicts: num("etcd_conflicts"),
                 store_retries: num("store_retries"),
                 etcd_ms: num("etcd_ms"),
+                etcd_rate_wait_ms: num("etcd_rate_wait_ms"),
+                kube_requests: num("kube_requests"),
+                kube_conflicts: num("kube_conflicts"),
+                kube_ms: num("kube_ms"),
+                kube_rate_wait_ms: num("kube_rate_wait_ms"),
                 module_cached: v["module_cached"].as_bool().unwrap_or(false),
                 logged_at_ms: v["timestamp"].as_str().and_then(parse_timestamp),
             }

@@ -5,6 +5,7 @@ pub mod cycle;
 pub mod etcd;
 pub mod fifo;
 pub mod invocations;
+pub mod kube_api;
 pub mod model;
 pub mod process;
 pub mod report;

@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
-    busy, churn, engines, etcd_churn, etcd_herd, herd, kube_node, languages, latency, ordering,
-    stats_log, store_open,
+    busy, churn, engines, etcd_churn, etcd_herd, herd, kube_node, kube_store, languages, latency,
+    ordering, stats_log, store_open,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-node|ordering|churn|engines|store-open|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-store|kube-node|ordering|churn|engines|store-open|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
@@ -22,6 +22,7 @@ usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kub
   herd         N concurrent ADDs then DELs, wasm-ipam vs host-local
   etcd-herd    the herd on the etcd store (cluster-pool, 1 and 3 nodes) vs host-local
   etcd-churn   pod churn of simulated nodes with named pools on a 3-member etcd
+  kube-store   ADD and DEL cycles on the Kubernetes store (a real kube-apiserver) vs etcd
   kube-node    pods created then deleted at once under kubelet and containerd 2, vs host-local
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
@@ -47,6 +48,7 @@ options (defaults in brackets):
   --etcd-herd-repeats N      etcd-herd: herds per configuration [2]
   --etcd-churn-nodes N       etcd-churn: simulated nodes [10]
   --etcd-churn-pods N        etcd-churn: pods each node starts and stops [100]
+  --kube-store-cycles N      kube-store: ADD+DEL cycles per store [100]
   --kube-pods N              kube-node: pods created, then deleted, at once [100]
   --ordering-sizes N,N       ordering herd sizes [100,500]
   --seconds S                churn: how long calls arrive [30]
@@ -60,13 +62,14 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 12] = [
+const SCENARIOS: [&str; 13] = [
     "latency",
     "languages",
     "busy",
     "herd",
     "etcd-herd",
     "etcd-churn",
+    "kube-store",
     "kube-node",
     "ordering",
     "churn",
@@ -83,6 +86,7 @@ struct Args {
     herd: herd::Options,
     etcd_herd: etcd_herd::Options,
     etcd_churn: etcd_churn::Options,
+    kube_store: kube_store::Options,
     kube_node: kube_node::Options,
     ordering: ordering::Options,
     churn: churn::Options,
@@ -119,6 +123,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             nodes: 10,
             pods: 100,
         },
+        kube_store: kube_store::Options { cycles: 100 },
         kube_node: kube_node::Options { pods: 100 },
         ordering: ordering::Options {
             sizes: vec![100, 500],
@@ -165,6 +170,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--etcd-herd-repeats" => args.etcd_herd.repeats = count(value)?,
             "--etcd-churn-nodes" => args.etcd_churn.nodes = count(value)?,
             "--etcd-churn-pods" => args.etcd_churn.pods = count(value)?,
+            "--kube-store-cycles" => args.kube_store.cycles = count(value)?,
             "--kube-pods" => args.kube_node.pods = count(value)?,
             "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
             "--ordering-sizes" => args.ordering.sizes = counts(value)?,
@@ -192,6 +198,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "herd" => herd::run(&args.paths, &args.herd),
         "etcd-herd" => etcd_herd::run(&args.paths, &args.etcd_herd),
         "etcd-churn" => etcd_churn::run(&args.paths, &args.etcd_churn),
+        "kube-store" => kube_store::run(&args.paths, &args.kube_store),
         "kube-node" => kube_node::run(&args.paths, &args.kube_node),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
@@ -225,7 +232,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = args.paths.check() {
+    if let Err(e) = args.paths.check(&args.scenario) {
         eprintln!("wasm-ipam-bench: {e}");
         return ExitCode::FAILURE;
     }

@@ -62,18 +62,21 @@ impl Paths {
         }
     }
 
-    /// Fails early, naming what is missing, rather than mid-run.
-    pub fn check(&self) -> Result<(), String> {
-        let all = [
+    /// Fails early, naming what is missing, rather than mid-run. The Go module, which
+    /// needs the Go toolchain to build, only for the scenarios that run it.
+    pub fn check(&self, scenario: &str) -> Result<(), String> {
+        let mut all = vec![
             &self.wasm_ipam,
             &self.host_local_module,
             &self.probe_module,
             &self.cluster_pool_module,
-            &self.static_go_module,
             &self.host_local,
             &self.prefix_del,
             &self.postfix_del,
         ];
+        if ["all", "languages"].contains(&scenario) {
+            all.push(&self.static_go_module);
+        }
         match all.iter().find(|p| !p.exists()) {
             Some(missing) => Err(format!(
                 "{} does not exist (run ./bench/run.sh, which builds everything)",

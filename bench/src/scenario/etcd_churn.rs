@@ -591,8 +591,9 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         ),
         body,
         targets: vec![Target {
-            name: "etcd churn with an outage: calls fail only in it, fast; addresses stay exclusive"
-                .into(),
+            name:
+                "etcd churn with an outage: calls fail only in it, fast; addresses stay exclusive"
+                    .into(),
             goal: format!(
                 "0 failed outside the outage, each failed one within {:.0} s, 0 outside their pool, 0 held twice, 0 left",
                 bound_ms / 1000.0

@@ -112,7 +112,9 @@ fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {
         &["apply", "-f", "-"],
         &json!({"apiVersion": "v1", "kind": "List", "items": items}),
     )?;
-    until(LIMIT, "every pod Ready", || seen_ready.lock().unwrap().len() == pods)?;
+    until(LIMIT, "every pod Ready", || {
+        seen_ready.lock().unwrap().len() == pods
+    })?;
     let ready = seen_ready.lock().unwrap().clone();
     let last = ready.values().max().copied().unwrap_or(started);
     let per_pod_ms = Samples::new(
@@ -261,7 +263,8 @@ impl KubeNode {
             .spawn()?;
         let stdout = child.stdout.take().expect("piped");
         std::thread::spawn(move || {
-            for pod in serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>()
+            for pod in
+                serde_json::Deserializer::from_reader(BufReader::new(stdout)).into_iter::<Value>()
             {
                 let Ok(pod) = pod else { break };
                 let ready = pod["status"]["conditions"]
@@ -286,7 +289,9 @@ impl KubeNode {
             .args(["pods", "--label", "group=bench", "--state", "ready", "-q"])
             .output()?;
         if !out.status.success() {
-            return Err(io::Error::other(String::from_utf8_lossy(&out.stderr).into_owned()));
+            return Err(io::Error::other(
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            ));
         }
         Ok(String::from_utf8_lossy(&out.stdout).lines().count())
     }

@@ -39,8 +39,16 @@ fn static_keys(n: u8) -> Value {
 
 pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let mut modules = vec![
-        ("host-local (Rust)", paths.host_local_module.clone(), json!({})),
-        ("static-go (Go)", paths.static_go_module.clone(), static_keys(65)),
+        (
+            "host-local (Rust)",
+            paths.host_local_module.clone(),
+            json!({}),
+        ),
+        (
+            "static-go (Go)",
+            paths.static_go_module.clone(),
+            static_keys(65),
+        ),
     ];
     if paths.static_py_module.exists() {
         // The Python component's size and compile time need more than the defaults
@@ -84,7 +92,11 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         }
     }
     let go_log = invocations::read(&nodes[1].log_file());
-    let go_adds: Vec<_> = go_log.iter().filter(|l| l.command == "ADD").skip(WARMUP_CYCLES).collect();
+    let go_adds: Vec<_> = go_log
+        .iter()
+        .filter(|l| l.command == "ADD")
+        .skip(WARMUP_CYCLES)
+        .collect();
 
     let mut cold = Vec::new();
     let mut cold_load = Vec::new();
@@ -100,13 +112,22 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         let done = runner.run(&peer.call("ADD", &format!("cold-{i}")))?;
         failures += usize::from(!done.success);
         cold.push(done.ms());
-        cold_load.extend(invocations::read(&node.log_file()).iter().map(|l| l.load_ms));
+        cold_load.extend(
+            invocations::read(&node.log_file())
+                .iter()
+                .map(|l| l.load_ms),
+        );
     }
     if failures > 0 {
-        return Err(io::Error::other(format!("{failures} calls of the languages scenario failed")));
+        return Err(io::Error::other(format!(
+            "{failures} calls of the languages scenario failed"
+        )));
     }
 
-    let medians: Vec<f64> = cycles.iter().map(|c| Samples::new(c.clone()).median()).collect();
+    let medians: Vec<f64> = cycles
+        .iter()
+        .map(|c| Samples::new(c.clone()).median())
+        .collect();
     let rows: Vec<Vec<String>> = peers
         .iter()
         .zip(&cycles)

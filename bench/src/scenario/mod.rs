@@ -9,6 +9,7 @@ pub mod etcd_churn;
 pub mod etcd_herd;
 pub mod herd;
 pub mod kube_node;
+pub mod kube_store;
 pub mod languages;
 pub mod latency;
 pub mod ordering;
