@@ -782,3 +782,47 @@ fn a_group_over_4096_entries_is_refused_whole_and_any_network_name_is_stored() {
         4096
     );
 }
+
+/// CNI GC, as a runtime sends it, on this store: of five attachments on a node, the
+/// three it does not list are released, their addresses free again, the two it lists
+/// kept; a GC again changes nothing.
+#[test]
+fn cni_gc_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
+    let network = "k-gc";
+    let (nodes, confs) = cluster(network, 1, &json!({"cidr": "10.79.0.0/16"}));
+    let mut added = BTreeMap::new();
+    for n in 0..5 {
+        let id = format!("pod-{n}");
+        let address = Call::new("ADD", &id).run(&confs[0]).address().to_string();
+        added.insert(id, address);
+    }
+    assert_eq!(held(network).len(), 5);
+    let mut gc = confs[0].clone();
+    gc["cni.dev/valid-attachments"] = json!([
+        {"containerID": "pod-1", "ifname": "eth0"},
+        {"containerID": "pod-3", "ifname": "eth0"},
+    ]);
+    for _ in 0..2 {
+        Call::new("GC", "").run(&gc).assert_ok();
+        let holders: BTreeSet<String> = held(network).into_values().collect();
+        assert_eq!(
+            holders,
+            BTreeSet::from(["pod-1".to_string(), "pod-3".to_string()])
+        );
+        let own: Vec<String> = entries(network)
+            .into_keys()
+            .filter(|k| k.starts_with("own/"))
+            .collect();
+        assert_eq!(own.len(), 2, "{own:?}");
+    }
+    // A kept attachment still answers its ADD with its address; a new pod is served.
+    assert_eq!(
+        Call::new("ADD", "pod-1").run(&confs[0]).address(),
+        added["pod-1"]
+    );
+    Call::new("ADD", "pod-5").run(&confs[0]).assert_ok();
+    assert_eq!(held(network).len(), 3);
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+}
