@@ -62,6 +62,18 @@ impl fmt::Display for CniError {
 
 impl std::error::Error for CniError {}
 
+/// An error with its causes, as one line (`a: b: c`): what a library's error says
+/// at each depth, for a message's details.
+pub fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text += &format!(": {c}");
+        cause = c.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::code;

@@ -4,7 +4,7 @@
 //! CRI (podman), a file of live container ids. A runtime that cannot be reached,
 //! answers an error or runs out of time is an error: `gc` then releases nothing.
 
-use crate::error::{CniError, code};
+use crate::error::{CniError, code, with_causes};
 use k8s_cri::v1::ListPodSandboxRequest;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use std::collections::BTreeSet;
@@ -122,7 +122,7 @@ fn list_pod_sandboxes(socket: &Path, timeout: Duration) -> Result<BTreeSet<Strin
                     }
                 }))
                 .await
-                .map_err(|e| chain(&e))?;
+                .map_err(|e| with_causes(&e))?;
             let mut request = tonic::Request::new(ListPodSandboxRequest { filter: None });
             request.set_timeout(timeout);
             RuntimeServiceClient::new(channel)
@@ -141,17 +141,6 @@ fn list_pod_sandboxes(socket: &Path, timeout: Duration) -> Result<BTreeSet<Strin
             format!("no answer within {}", humantime::format_duration(timeout)),
         )),
     }
-}
-
-/// An error with its causes, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text += &format!(": {c}");
-        cause = c.source();
-    }
-    text
 }
 
 /// Ids one per line; blank lines and `#` comments skipped.

@@ -17,7 +17,7 @@
 //! refused for its credentials.
 
 use crate::config::KubernetesConfig;
-use crate::error::CniError;
+use crate::error::{CniError, with_causes};
 use crate::store::Store;
 use crate::store::kubernetes::KubernetesStore;
 use crate::store::kubernetes::objects::{GROUP, PLURAL, VERSION};
@@ -104,7 +104,7 @@ pub fn read(given: &Path, context: Option<&str>) -> Result<NodeKubeconfig, CniEr
         CniError::config(format!(
             "--kubeconfig {shown}: cannot be read as a kubeconfig"
         ))
-        .with_details(chain(&e))
+        .with_details(with_causes(&e))
     })?;
     let (name, whose) = match context {
         Some(name) => (name.to_string(), "ipam.store.context"),
@@ -320,18 +320,6 @@ fn crd_served(config: &KubernetesConfig) -> Option<bool> {
                 .any(|g| g.name == GROUP && g.versions.iter().any(|v| v.version == VERSION)),
         )
     })
-}
-
-/// An error with its causes, one after another.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 
 use super::objects::{COLLECTION, PLURAL, Shard, ShardList};
 use crate::config::KubernetesConfig;
-use crate::error::{CniError, code};
+use crate::error::{CniError, code, with_causes};
 use crate::store::rate::RateLimiter;
 use http::{Method, Request, StatusCode};
 use std::cell::RefCell;
@@ -97,7 +97,7 @@ impl Api {
             CniError::config(format!(
                 "ipam.store.kubeconfig {kubeconfig}: cannot be read as a kubeconfig; point kubeconfig at a readable kubeconfig (docs/kubernetes-store.md, \"Credentials\")"
             ))
-            .with_details(chain(&e))
+            .with_details(with_causes(&e))
         })?;
         let options = kube::config::KubeConfigOptions {
             context: config.context.clone(),
@@ -125,7 +125,7 @@ impl Api {
                 CniError::config(format!(
                     "ipam.store.kubeconfig {kubeconfig}{context}: not a usable kubeconfig; check its current-context, cluster and user (kubectl --kubeconfig {kubeconfig} config view)"
                 ))
-                .with_details(chain(&e))
+                .with_details(with_causes(&e))
             })?;
         if client_config.accept_invalid_certs {
             return Err(CniError::config(format!(
@@ -143,7 +143,7 @@ impl Api {
                 CniError::config(format!(
                     "ipam.store.kubeconfig {kubeconfig}: cannot make a client of it"
                 ))
-                .with_details(chain(&e))
+                .with_details(with_causes(&e))
             })?
         };
         let limiter = RateLimiter::open(
@@ -581,7 +581,7 @@ fn transient(status: StatusCode) -> bool {
 }
 
 fn classify(e: &kube::Error) -> TryFailure {
-    let text = chain(e);
+    let text = with_causes(e);
     let lower = text.to_lowercase();
     if lower.contains("certificate") || lower.contains("unknownissuer") || lower.contains("tls") {
         TryFailure::Tls(text)
@@ -593,18 +593,6 @@ fn classify(e: &kube::Error) -> TryFailure {
     } else {
         TryFailure::NoAnswer(text)
     }
-}
-
-/// An error with its causes, one after another.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The `message` of a `Status` answer, or the body as text.
