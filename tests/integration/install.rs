@@ -614,31 +614,6 @@ fn install_refuses_a_conflist_every_add_would_refuse_and_writes_nothing() {
     }
 }
 
-/// The shared apiserver, with the Kubernetes store's CRD and RBAC applied as
-/// `wasm-ipam kubernetes manifests` prints them (once; kubectl apply is idempotent,
-/// so the store's own tests applying them too is harmless).
-fn kube_api_with_manifests() -> &'static KubeApi {
-    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
-    let api = KubeApi::shared();
-    READY.get_or_init(|| {
-        let (ok, manifests, stderr) = operator_output(["kubernetes", "manifests"]);
-        assert!(ok, "{stderr}");
-        api.apply(&manifests);
-        let established = api.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/ipamshards.ipam.wasm-ipam.dev",
-        ]);
-        assert!(
-            established.status.success(),
-            "{}",
-            String::from_utf8_lossy(&established.stderr)
-        );
-    });
-    api
-}
-
 /// A kubelet's kubeconfig in `dir` (`dir/kubelet.conf`) for `api`, as `user` in
 /// `groups`, naming its CA, certificate and key by paths relative to `dir`, as a
 /// kubeadm node's does not but a hand-written one may.
@@ -702,7 +677,7 @@ fn install_kube(
 /// (a rotation) are what the next call uses.
 #[test]
 fn install_writes_the_nodes_kubeconfig_and_an_add_uses_it() {
-    let api = kube_api_with_manifests();
+    let api = crate::kube_store::api();
     let inputs = tempfile::tempdir().unwrap();
     let node = "install-kube-node";
     let source = relative_kubeconfig(
@@ -843,7 +818,7 @@ fn install_refuses_a_kubeconfig_it_cannot_use_and_writes_nothing() {
     );
     drop(bare);
 
-    let api = kube_api_with_manifests();
+    let api = crate::kube_store::api();
     let stranger = api.kubeconfig_for("install-stranger", &[]);
     refused(
         kubernetes.clone(),
