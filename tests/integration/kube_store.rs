@@ -467,16 +467,20 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
         .into_iter()
         .find(|(_, s)| s["group"].as_str().unwrap().starts_with("own/"))
         .unwrap();
+    // The object's entries replaced, as an operator's kubectl patch does.
+    let patch = |entries: Value| {
+        let patch = json!({"spec": {"entries": entries}});
+        api().kubectl(&[
+            "patch",
+            "ipamshards",
+            &name,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ])
+    };
     let entry = spec["entries"][0].clone();
-    let patch = json!({"spec": {"entries": [entry.clone(), entry]}});
-    let out = api().kubectl(&[
-        "patch",
-        "ipamshards",
-        &name,
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
+    let out = patch(json!([entry.clone(), entry]));
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("Duplicate value"),
@@ -485,15 +489,7 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
     );
     let mut moved = spec["entries"][0].clone();
     moved["key"] = "blk/elsewhere/x".into();
-    let patch = json!({"spec": {"entries": [moved]}});
-    let out = api().kubectl(&[
-        "patch",
-        "ipamshards",
-        &name,
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
+    let out = patch(json!([moved]));
     assert!(out.status.success());
     let reply = Call::new("ADD", "pod").run(&confs[0]);
     assert_eq!(reply.error_code(), 104, "{reply:?}");
@@ -503,15 +499,7 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
     );
     // Put back as the operator would: the call then finds its address again, nothing
     // lost, and the other tests' `check` sees a sound store.
-    let patch = json!({"spec": {"entries": spec["entries"]}});
-    let out = api().kubectl(&[
-        "patch",
-        "ipamshards",
-        &name,
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
+    let out = patch(spec["entries"].clone());
     assert!(out.status.success(), "{out:?}");
     let again = Call::new("ADD", "pod").run(&confs[0]);
     again.assert_ok();
