@@ -12,7 +12,6 @@
 use crate::cluster_store::{Cluster, ClusterStore, on_both_stores};
 use crate::harness::*;
 use serde_json::{Value, json};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,14 +34,6 @@ struct Member {
     client: u16,
     peer: u16,
     child: Option<Child>,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Etcd {

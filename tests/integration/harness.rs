@@ -105,6 +105,17 @@ pub fn shared_cache_dir() -> PathBuf {
     workspace().join("target/modules/cache")
 }
 
+/// A loopback port nobody listens on now. The kernel may hand it to another test
+/// before the caller's process binds it: a start that fails that way is retried on a
+/// fresh one by the callers that start peers.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A file's sha256, in lowercase hex (as `ipam.moduleSha256` and OCI digests write it).
 pub fn sha256_hex(path: &Path) -> String {
     use sha2::Digest;

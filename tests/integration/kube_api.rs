@@ -20,12 +20,12 @@
 //! orphan here is reparented to a PID 1 that does not reap, so processes the test
 //! process started would linger as zombies after it exited; the supervisor reaps them.
 
-use crate::harness::exclusive;
+use crate::harness::{exclusive, free_port};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -107,16 +107,6 @@ pub fn peers() -> &'static Path {
         }
         dir
     })
-}
-
-/// A port nobody listens on now. The kernel may hand it to another test before our
-/// process binds it: a start that fails that way is retried on fresh ports.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Whether process `pid` runs (a zombie is dead). The supervisor reaps its commands at
