@@ -56,7 +56,7 @@ spec:
             type: object
             required: [role, network]
             properties:
-              role: {{type: string, enum: [entries, node, network]}}
+              role: {{type: string, enum: [entries, node]}}
               network: {{type: string, maxLength: 253}}
               group: {{type: string, maxLength: 1024}}
               size: {{type: integer, minimum: 0}}

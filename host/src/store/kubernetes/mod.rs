@@ -55,6 +55,8 @@ pub const PENDING_FILE: &str = "kubernetes-commit";
 const LOCK_GRACE: u64 = 30;
 /// How many spoiled commits a node's object remembers.
 const ABORTED_KEPT: usize = 16;
+/// How many times `check` looks at a network's usage before it reports a mismatch.
+const USAGE_LOOKS: usize = 3;
 /// The pause before a call runs again after meeting a lock still in force.
 const LOCKED_PAUSE: Duration = Duration::from_millis(50);
 
@@ -138,7 +140,7 @@ impl KubernetesStore {
                         .as_ref()
                         .is_some_and(|l| l.commit == pending.commit)
                 {
-                    self.resolve(shard, true)?;
+                    self.resolve(shard, Met::OwnPending)?;
                 }
             }
         }
@@ -168,7 +170,7 @@ impl KubernetesStore {
             return Ok(read);
         }
         let shard = match self.api.get(&name)? {
-            Some(shard) if shard.spec.lock.is_some() => self.resolve(shard, false)?,
+            Some(shard) if shard.spec.lock.is_some() => self.resolve(shard, Met::by(guarded))?,
             other => other,
         };
         let read = self.remember(place.clone(), shard, guarded)?;
@@ -207,7 +209,7 @@ impl KubernetesStore {
         let mut seen = BTreeMap::new();
         for shard in self.api.list(selector)? {
             let shard = match shard.spec.lock.is_some() {
-                true => match self.resolve(shard, false)? {
+                true => match self.resolve(shard, Met::by(guarded))? {
                     Some(shard) => shard,
                     None => continue,
                 },
@@ -251,11 +253,11 @@ impl KubernetesStore {
     }
 
     /// A locked object met by a read: a decided commit is finished, an abandoned one
-    /// undone; one still in force is a conflict the call waits out by running again.
-    /// `own_pending`: the lock is of this node's own unfinished commit, which no call
-    /// of this node is running now (it holds the host-wide lock). Returns the object
-    /// as it is after (none: deleted by the commit it finished).
-    fn resolve(&self, shard: Shard, own_pending: bool) -> Result<Option<Shard>, CniError> {
+    /// undone; one still in force is, for a guarded read, a conflict the call waits out
+    /// by running again, and for a peek the object as it was before that commit (its
+    /// entries change only when it is unlocked). Returns the object as it is after
+    /// (none: deleted by the commit it finished).
+    fn resolve(&self, shard: Shard, met: Met) -> Result<Option<Shard>, CniError> {
         let Some(lock) = shard.spec.lock.clone() else {
             return Ok(Some(shard));
         };
@@ -277,9 +279,12 @@ impl KubernetesStore {
         let spoiled = decider
             .as_ref()
             .is_some_and(|d| d.spec.aborted.contains(&lock.commit));
-        let abandoned = own_pending
+        let abandoned = met == Met::OwnPending
             || lock.node == self.node
             || crate::health::unix_now() > lock.until + LOCK_GRACE;
+        if !spoiled && !abandoned && met == Met::Peek {
+            return Ok(Some(shard));
+        }
         if !spoiled && !abandoned {
             std::thread::sleep(LOCKED_PAUSE);
             self.state.borrow_mut().conflicted = true;
@@ -519,6 +524,28 @@ impl KubernetesStore {
         self.state.borrow_mut().conflicted = true;
         self.api.figures.borrow_mut().conflicts += 1;
         conflict(why)
+    }
+}
+
+/// Who meets a lock, for [`KubernetesStore::resolve`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Met {
+    /// This node's own unfinished commit, which no call of this node is running now
+    /// (it holds the host-wide lock): finished or undone whatever its deadline.
+    OwnPending,
+    /// A read the commit checks: a lock in force is a conflict.
+    Guarded,
+    /// A read nothing checks (a module's peek, an operator's listing, `check`): a lock
+    /// in force is read through.
+    Peek,
+}
+
+impl Met {
+    fn by(guarded: bool) -> Self {
+        match guarded {
+            true => Met::Guarded,
+            false => Met::Peek,
+        }
     }
 }
 
@@ -848,11 +875,7 @@ impl Store for KubernetesStore {
     }
 
     fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {
-        let selector = format!(
-            "{}={}",
-            objects::NETWORK_LABEL,
-            Place::network(network).labels()[objects::NETWORK_LABEL]
-        );
+        let selector = objects::select_network(network);
         let mut held = 0;
         for shard in self.api.list(&selector)? {
             if shard.spec.network != network {
@@ -873,20 +896,30 @@ impl Store for KubernetesStore {
     /// checks every network's usage against its entries.
     fn check(&self) -> Result<Vec<String>, CniError> {
         let mut problems = Vec::new();
-        for role in [Role::Entries, Role::Network] {
-            for shard in self.api.list(&select(role, None))? {
-                let name = shard.metadata.name.clone();
-                if let Err(e) = shard.spec.entry_map(&name) {
-                    problems.push(e);
-                }
-                if shard.spec.lock.is_some()
-                    && let Err(e) = self.resolve(shard, false)
-                {
-                    problems.push(format!("{PLURAL}/{name}: {}", e.msg));
-                }
+        // Only entries objects are locked: a node's object is written by its decision.
+        for shard in self.api.list(&select(Role::Entries, None))? {
+            let name = shard.metadata.name.clone();
+            if let Err(e) = shard.spec.entry_map(&name) {
+                problems.push(e);
+            }
+            if shard.spec.lock.is_some()
+                && let Err(e) = self.resolve(shard, Met::Peek)
+            {
+                problems.push(format!("{PLURAL}/{name}: {}", e.msg));
             }
         }
-        problems.extend(super::usage_problems(self)?);
+        // The entries and the usage rows are two lists, not one snapshot: a commit
+        // that decides between them shows a mismatch no object holds. One is reported
+        // only when every round of looks finds one.
+        let mut usage = super::usage_problems(self)?;
+        for _ in 1..USAGE_LOOKS {
+            if usage.is_empty() {
+                break;
+            }
+            std::thread::sleep(LOCKED_PAUSE);
+            usage = super::usage_problems(self)?;
+        }
+        problems.extend(usage);
         Ok(problems)
     }
 

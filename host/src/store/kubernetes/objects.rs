@@ -46,10 +46,9 @@ pub const MAX_OBJECT_ENTRIES: usize = 4096;
 pub enum Role {
     /// A group of the module's entries.
     Entries,
-    /// One node's record in one network.
+    /// One node's record in one network: its usage, its last decision, and which
+    /// module it ran for the network.
     Node,
-    /// The network's record: which module serves it.
-    Network,
 }
 
 impl Role {
@@ -57,7 +56,6 @@ impl Role {
         match self {
             Role::Entries => "entries",
             Role::Node => "node",
-            Role::Network => "network",
         }
     }
 }
@@ -85,14 +83,6 @@ impl Place {
             role: Role::Node,
             network: network.into(),
             group: node.into(),
-        }
-    }
-
-    pub fn network(network: &str) -> Self {
-        Place {
-            role: Role::Network,
-            network: network.into(),
-            group: String::new(),
         }
     }
 
@@ -129,7 +119,6 @@ impl Place {
             Role::Node => {
                 labels.insert(NODE_LABEL.into(), short_hash(&[&self.group]));
             }
-            Role::Network => {}
         }
         labels
     }
@@ -166,6 +155,11 @@ pub fn scope_of(network: &str, prefix: &str) -> Scope {
 }
 
 /// The selector of every object of `role` in `network` (or in every network).
+/// Every object of `network`, whatever its role.
+pub fn select_network(network: &str) -> String {
+    format!("{NETWORK_LABEL}={}", short_hash(&[network]))
+}
+
 pub fn select(role: Role, network: Option<&str>) -> String {
     let mut selector = format!("{ROLE_LABEL}={}", role.as_str());
     if let Some(network) = network {
@@ -455,7 +449,6 @@ mod tests {
             Place::entries("net/x", "y"),
             Place::entries("net", "x/y"),
             Place::node("net", "own/node-a"),
-            Place::network("net"),
             Place::entries("", ""),
             Place::entries("a-", "-b/c"),
             Place::entries("x_", "_y/z"),
