@@ -161,6 +161,10 @@ impl KubernetesStore {
             return Ok(read.clone());
         }
         let peeked = self.state.borrow_mut().peeked.remove(&name);
+        // A peek that read through a lock in force is no version a guarded read may
+        // build on: that one reads again, and meets the lock as a conflict.
+        let peeked = peeked
+            .filter(|read| !guarded || read.shard.as_ref().is_none_or(|s| s.spec.lock.is_none()));
         if let Some(read) = peeked {
             let mut state = self.state.borrow_mut();
             match guarded {
@@ -428,6 +432,8 @@ impl KubernetesStore {
         let mut locked = Vec::new();
         for (read, _) in targets {
             let attempt = match &read.shard {
+                // Never over another commit's lock (a read through it): a conflict.
+                Some(shard) if shard.spec.lock.is_some() => Err(WriteFailure::Conflict),
                 Some(shard) => {
                     let mut with = shard.clone();
                     with.spec.lock = Some(lock.clone());
