@@ -201,6 +201,12 @@ fn adds_and_dels_on_two_nodes_go_to_the_api_and_each_node_writes_its_own_objects
     eprintln!(
         "API requests per call on node 0 (first ADD, ADD again, a steady ADD, its DEL): {requests:?}"
     );
+    // The budget of a DEL herd: a steady ADD at most 3 requests, its DEL at most 2
+    // (the node's home is cached; the commit is one write of it).
+    assert!(
+        requests[2] <= 3 && requests[3] <= 2,
+        "steady ADD and DEL: {requests:?}"
+    );
     assert_eq!(
         lines.len() - before,
         (requests[2] + requests[3]) as usize,
@@ -278,74 +284,90 @@ fn three_nodes_claiming_blocks_at_once_all_succeed_first_time_with_distinct_addr
 
 /// A call killed right after each of its API writes in turn, and a call whose write
 /// landed but whose answer was lost: the next call (or `store check`) finishes or
-/// undoes the commit; no address is doubled or lost, nothing stays locked.
+/// undoes the commit; no address is doubled or lost, nothing stays locked. Both kinds
+/// of commit: a node's first ADD, which claims a block (several objects, through
+/// locks and a decision), and a steady ADD (one write of the node's home).
 #[test]
 fn a_kill_after_any_write_of_a_commit_and_a_lost_answer_leave_nothing_doubled_or_lost() {
     let network = "k-kill";
     let ipam = json!({"cidr": "10.72.0.0/16", "blockSize": 28});
-    let (nodes, confs) = cluster(network, 2, &ipam);
-    // Warm: the node's first block is claimed, so later ADDs are the steady case.
+    // Node 0 is warm (its block claimed: its ADDs are steady); each node after it
+    // is fresh for one claiming ADD.
+    let (nodes, confs) = cluster(network, 48, &ipam);
     Call::new("ADD", "warm").run(&confs[0]).assert_ok();
-    // How many writes an ADD makes: a reference ADD, counted by the number of
-    // writes the kill hook can reach (a kill past the last write kills nothing).
-    let mut killed_at = Vec::new();
-    for n in 1..=12 {
-        let id = format!("kill-{n}");
-        let reply = Call::new("ADD", &id)
-            .env("WASM_IPAM_TEST_KILL_AFTER_WRITE", n.to_string())
-            .run(&confs[0]);
-        if reply.success {
-            // Past the commit's last write: every write was made.
-            eprintln!("an ADD makes {} writes", n - 1);
-            break;
+    let mut fresh = confs[1..].iter();
+    let mut killed: Vec<(String, &Value, usize)> = Vec::new();
+    let mut writes = BTreeMap::new();
+    for (kind, steady) in [("claim", false), ("steady", true)] {
+        for n in 1..=24 {
+            let conf = match steady {
+                true => &confs[0],
+                false => fresh.next().expect("a fresh node"),
+            };
+            let id = format!("kill-{kind}-{n}");
+            let reply = Call::new("ADD", &id)
+                .env("WASM_IPAM_TEST_KILL_AFTER_WRITE", n.to_string())
+                .run(conf);
+            if reply.success {
+                // Past the commit's last write: every write was made.
+                writes.insert(kind, n - 1);
+                break;
+            }
+            killed.push((id.clone(), conf, n));
+            // The runtime tries again (ADD), and the pod is deleted later: both work.
+            let again = Call::new("ADD", &id).run(conf);
+            let address = again.address().to_string();
+            let holders = held(network);
+            assert_eq!(
+                holders
+                    .get(address.split('/').next().unwrap())
+                    .map(String::as_str),
+                Some(id.as_str()),
+                "after a kill at write {n} of a {kind} ADD: {holders:?}"
+            );
+            assert!(unlocked(network), "after a kill at write {n}");
+            // Another node sees the same and allocates something else.
+            let other = Call::new("ADD", &format!("other-{kind}-{n}")).run(&confs[0]);
+            assert_ne!(other.address(), address);
         }
-        killed_at.push(n);
-        // The runtime tries again (ADD), and the pod is deleted later: both work.
-        let again = Call::new("ADD", &id).run(&confs[0]);
-        let address = again.address().to_string();
-        let holders = held(network);
-        assert_eq!(
-            holders
-                .get(address.split('/').next().unwrap())
-                .map(String::as_str),
-            Some(id.as_str()),
-            "after a kill at write {n}: {holders:?}"
-        );
-        assert!(unlocked(network), "after a kill at write {n}");
-        // The other node sees the same and allocates something else.
-        let other = Call::new("ADD", &format!("other-{n}")).run(&confs[1]);
-        assert_ne!(other.address(), address);
     }
+    eprintln!("writes per ADD: {writes:?}");
+    assert_eq!(writes.get("steady"), Some(&1), "a steady ADD is one write");
     assert!(
-        killed_at.len() >= 3,
-        "a commit makes several writes: {killed_at:?}"
+        writes.get("claim").is_some_and(|&w| w >= 3),
+        "a claiming ADD writes several objects: {writes:?}"
     );
     // Killed DELs: the address is freed once, by the DEL the runtime repeats.
-    for n in killed_at.clone() {
-        let id = format!("kill-{n}");
+    for (id, conf, n) in &killed {
         // A DEL makes fewer writes than an ADD: one killed past its last write
         // succeeded, and the DEL the runtime repeats is a DEL of nothing.
-        Call::new("DEL", &id)
+        Call::new("DEL", id)
             .env("WASM_IPAM_TEST_KILL_AFTER_WRITE", n.to_string())
-            .run(&confs[0]);
-        Call::new("DEL", &id).run(&confs[0]).assert_ok();
-        assert!(!held(network).values().any(|h| *h == id), "{id} after DEL");
+            .run(conf);
+        Call::new("DEL", id).run(conf).assert_ok();
+        assert!(!held(network).values().any(|h| h == id), "{id} after DEL");
     }
     // A lost answer after each write: the call either succeeds or fails with 11, and
     // the state agrees with what the runtime was told.
-    for n in 1..=killed_at.len() {
-        let id = format!("lost-{n}");
-        let reply = Call::new("ADD", &id)
-            .env("WASM_IPAM_TEST_LOSE_ANSWER_OF_WRITE", n.to_string())
-            .run(&confs[0]);
-        if !reply.success {
-            assert_eq!(reply.error_code(), 11, "{reply:?}");
+    for (kind, steady) in [("claim", false), ("steady", true)] {
+        for n in 1..=writes[kind] {
+            let conf = match steady {
+                true => &confs[0],
+                false => fresh.next().expect("a fresh node"),
+            };
+            let id = format!("lost-{kind}-{n}");
+            let reply = Call::new("ADD", &id)
+                .env("WASM_IPAM_TEST_LOSE_ANSWER_OF_WRITE", n.to_string())
+                .run(conf);
+            if !reply.success {
+                assert_eq!(reply.error_code(), 11, "{reply:?}");
+            }
+            let again = Call::new("ADD", &id).run(conf);
+            if reply.success {
+                assert_eq!(reply.address(), again.address());
+            }
+            assert!(unlocked(network), "after a lost answer at write {n}");
         }
-        let again = Call::new("ADD", &id).run(&confs[0]);
-        if reply.success {
-            assert_eq!(reply.address(), again.address());
-        }
-        assert!(unlocked(network), "after a lost answer at write {n}");
     }
     // Everything held is held once (held() asserts), each pod has one address.
     let holders = held(network);
@@ -463,9 +485,10 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
     let (_nodes, confs) = cluster(network, 1, &json!({"cidr": "10.74.0.0/16"}));
     let given = Call::new("ADD", "pod").run(&confs[0]);
     given.assert_ok();
+    // The node's home, which holds its own records.
     let (name, spec) = objects(network)
         .into_iter()
-        .find(|(_, s)| s["group"].as_str().unwrap().starts_with("own/"))
+        .find(|(_, s)| s["role"] == "node")
         .unwrap();
     // The object's entries replaced, as an operator's kubectl patch does.
     let patch = |entries: Value| {
@@ -479,7 +502,13 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
             &patch.to_string(),
         ])
     };
-    let entry = spec["entries"][0].clone();
+    let entry = spec["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["key"].as_str().unwrap().starts_with("own/"))
+        .unwrap()
+        .clone();
     let out = patch(json!([entry.clone(), entry]));
     assert!(!out.status.success());
     assert!(
@@ -487,7 +516,7 @@ fn a_doubled_entry_is_refused_by_the_apiserver_and_a_misplaced_one_named() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut moved = spec["entries"][0].clone();
+    let mut moved = entry.clone();
     moved["key"] = "blk/elsewhere/x".into();
     let out = patch(json!([moved]));
     assert!(out.status.success());

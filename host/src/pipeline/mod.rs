@@ -217,6 +217,17 @@ fn locked<T>(
         }
         None => {
             silence::take_heard();
+            // A runtime's call tells its store so (see `Store::serve_runtime`).
+            let for_runtime = |wait| {
+                open(wait).map(|mut store| {
+                    store.serve_runtime();
+                    store
+                })
+            };
+            let open: OpenStore = match label.operator {
+                true => open,
+                false => &for_runtime,
+            };
             let result = attempts(&loaded, network, deadline, open, steps, &mut guest);
             note_silence(ipam, &result);
             result
@@ -488,7 +499,8 @@ impl Session<'_> {
             return Ok(written);
         }
         let Some((changes, attachment)) = self.staged.take() else {
-            return Ok(Written::durable());
+            let store = self.store.as_mut().expect("the session holds its store");
+            return store.confirm_reads().map(|()| Written::durable());
         };
         let began = self.deadline.elapsed();
         let ipam = &self.network.ipam;

@@ -268,6 +268,18 @@ pub trait Store: Send {
     /// Starts a new attempt: forgets what the last one read.
     fn begin(&mut self) {}
 
+    /// The store serves a runtime's call (not an operator's command): for a store
+    /// that places what a call creates by who creates it (the Kubernetes store keeps
+    /// what a node's calls start in that node's own object).
+    fn serve_runtime(&mut self) {}
+
+    /// For an attempt that commits nothing: checks that what it read from a node-local
+    /// copy is still what the store holds (else [`Store::conflicted`], and the call
+    /// runs again), so an answer from a read alone is never from a stale copy.
+    fn confirm_reads(&mut self) -> Result<(), CniError> {
+        Ok(())
+    }
+
     /// What the call did with etcd, when the store is etcd.
     fn etcd_figures(&self) -> Option<etcd::Figures> {
         None

@@ -45,6 +45,7 @@ spec:
     - {{name: Role, type: string, jsonPath: .spec.role}}
     - {{name: Group, type: string, jsonPath: .spec.group, description: "the entries' group, or the node of a node's record"}}
     - {{name: Entries, type: integer, jsonPath: .spec.size}}
+    - {{name: Home, type: string, jsonPath: .spec.home, description: "the node whose home holds the group's entries"}}
     - {{name: Locked-By, type: string, jsonPath: .spec.lock.node}}
     - {{name: Age, type: date, jsonPath: .metadata.creationTimestamp}}
     schema:
@@ -107,11 +108,24 @@ spec:
                               key: {{type: string}}
                               value: {{type: string}}
                               valueBase64: {{type: string}}
+                  homes:
+                    type: object
+                    additionalProperties: {{type: string}}
+                  dropped:
+                    type: object
+                    additionalProperties:
+                      type: array
+                      items: {{type: string}}
               aborted:
                 type: array
                 maxItems: 64
                 items: {{type: string}}
               servedBy: {{type: string}}
+              home: {{type: string}}
+              groups:
+                type: array
+                maxItems: {max_entries}
+                items: {{type: string}}
 "#
     )
 }

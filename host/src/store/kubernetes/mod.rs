@@ -3,16 +3,28 @@
 //! not at all, and as if the call had run alone — kept on an API that changes one
 //! object at a time.
 //!
+//! Where entries lie ([`objects`]): each node has one object per network, its
+//! *home*, which holds the groups its runtime calls started (its attachments, its
+//! affinities, the blocks it claimed), its usage and its last decision; each group has
+//! an object of its own, which either holds the group's entries (a group an operator's
+//! command started, such as a reservation) or names the home that does. The node
+//! keeps its homes in `dataDir` ([`homes`]), so reading them costs no request.
+//!
 //! Reads are optimistic, as on etcd: each object a call reads is remembered with its
-//! `resourceVersion`, each list with what it selected. A commit then
-//! 1. locks every object it changes, each by a write conditional on the
-//!    `resourceVersion` it was read at (so a lock also checks that read), creating an
-//!    object that did not exist;
+//! `resourceVersion`, each list with what it selected; a call reads its home before
+//! any other object. A commit that changes only its node's home, and read no other
+//! node's home, is one write: the home, conditional on the version read (a 409 reads
+//! it afresh and runs the call again). That is a steady ADD or DEL: its reads of
+//! other objects need no check, because whoever writes those locks every home it
+//! read (below), so the two writes meet on the home. Any other commit
+//! 1. locks every object it changes, and every other node's home it read, each by a
+//!    write conditional on the `resourceVersion` it was read at (so a lock also
+//!    checks that read), creating an object that did not exist;
 //! 2. checks that every other object it read, and every list, is unchanged (locks are
 //!    writes, so two calls that each read what the other writes cannot both pass);
-//! 3. decides: one conditional write of the node's own object of the network, which
-//!    records the changes of every locked object and the node's usage. This write is
-//!    the commit: before it nothing happened, after it the commit stands;
+//! 3. decides: one conditional write of the node's home, with its own changes and a
+//!    record of the changes of every locked object. This write is the commit: before
+//!    it nothing happened, after it the commit stands;
 //! 4. writes each locked object's new entries, unlocking it.
 //!
 //! A conflict at 1 or 2 unlocks what was locked and lets the call run again, within
@@ -21,10 +33,12 @@
 //! next call, which also remembers its unfinished commit in `dataDir`, another node,
 //! or `wasm-ipam store check`) finishes a decided commit from the decision, or, once
 //! the lock's deadline has passed, first spoils the undecided commit's decision (a
-//! write to the deciding object, so a decision still in flight can no longer land)
-//! and then unlocks. No address is ever doubled or lost.
+//! write to the deciding home, so a decision still in flight can no longer land)
+//! and then unlocks. No address is ever doubled or lost. A call that commits nothing
+//! but read its home from the cache reads it once to confirm the version.
 
 mod api;
+pub mod homes;
 pub mod manifests;
 pub mod objects;
 
@@ -57,6 +71,9 @@ const LOCK_GRACE: u64 = 30;
 const ABORTED_KEPT: usize = 16;
 /// How many times `check` looks at a network's usage before it reports a mismatch.
 const USAGE_LOOKS: usize = 3;
+/// How long (seconds) the other nodes' usage, as listed, stands in for the quota
+/// check while a network is under half its quota.
+const QUOTA_FRESH: u64 = 30;
 /// The pause before a call runs again after meeting a lock still in force.
 const LOCKED_PAUSE: Duration = Duration::from_millis(50);
 
@@ -64,6 +81,11 @@ pub struct KubernetesStore {
     api: Api,
     node: String,
     data_dir: PathBuf,
+    homes: homes::Homes,
+    /// Whether a group this store's commits create lies in the node's home (a
+    /// runtime's call) or in an object of its own (an operator's command: what it
+    /// creates, such as a reservation, is read by every node's calls).
+    homing: bool,
     state: RefCell<State>,
 }
 
@@ -79,6 +101,9 @@ struct State {
     listed: BTreeMap<String, BTreeMap<String, String>>,
     conflicted: bool,
     served_by: Option<(String, ServedBy)>,
+    /// Own homes this attempt read from the cache, their versions not yet confirmed
+    /// by a write or a read of the apiserver.
+    unconfirmed: BTreeSet<String>,
 }
 
 #[derive(Clone)]
@@ -110,10 +135,13 @@ impl KubernetesStore {
         wait: Duration,
     ) -> Result<Self, CniError> {
         let api = Api::open(config, data_dir, wait)?;
+        let homes = homes::Homes::new(data_dir, &api.describe());
         let store = KubernetesStore {
             api,
             node: node.to_string(),
             data_dir: data_dir.to_path_buf(),
+            homes,
+            homing: false,
             state: RefCell::new(State::default()),
         };
         store.finish_pending()?;
@@ -132,6 +160,8 @@ impl KubernetesStore {
             return Ok(());
         };
         if let Ok(pending) = serde_json::from_slice::<Pending>(&text) {
+            // Undoing it may change the home (its decision spoiled): read it afresh.
+            self.forget_home(&pending.network);
             for name in &pending.names {
                 if let Some(shard) = self.api.get(name)?
                     && shard
@@ -156,6 +186,9 @@ impl KubernetesStore {
     /// The object at `place`, read and remembered for the commit's checks (or as
     /// remembered already); a lock on it is resolved first.
     fn load(&self, place: &Place, guarded: bool) -> Result<Read, CniError> {
+        if place.role == Role::Node && place.group == self.node {
+            return self.own_home(&place.network);
+        }
         let name = place.name();
         if let Some(read) = self.state.borrow().read.get(&name) {
             return Ok(read.clone());
@@ -232,6 +265,68 @@ impl KubernetesStore {
         Ok(reads)
     }
 
+    /// The node's own home in `network`, read for the commit to check (its one write
+    /// is conditional on this version): as this attempt read it, else as the cache
+    /// keeps it, else fetched (and cached).
+    fn own_home(&self, network: &str) -> Result<Read, CniError> {
+        let place = Place::node(network, &self.node);
+        let name = place.name();
+        if let Some(read) = self.state.borrow().read.get(&name) {
+            return Ok(read.clone());
+        }
+        let cached = self.homes.get(network).home;
+        if let Some(home) = cached.filter(|h| h.metadata.name == name && h.spec.lock.is_none()) {
+            match self.remember(place.clone(), Some(home), true) {
+                Ok(read) => {
+                    self.state.borrow_mut().unconfirmed.insert(name);
+                    return Ok(read);
+                }
+                // A copy of a home edited by hand: the apiserver's may be mended.
+                Err(_) => self.forget_home(network),
+            }
+        }
+        let shard = match self.api.get(&name)? {
+            Some(shard) if shard.spec.lock.is_some() => self.resolve(shard, Met::Guarded)?,
+            other => other,
+        };
+        self.cache_home(network, shard.as_ref());
+        self.remember(place, shard, true)
+    }
+
+    /// Keeps `home` (the node's own, as the apiserver last showed it) for the next call.
+    fn cache_home(&self, network: &str, home: Option<&Shard>) {
+        let home = home.filter(|h| h.spec.lock.is_none()).cloned();
+        self.homes.update(network, |cached| cached.home = home);
+    }
+
+    /// Where `group` of `network` lies, and its entries.
+    fn group(
+        &self,
+        network: &str,
+        group: &str,
+        guarded: bool,
+    ) -> Result<(Located, BTreeMap<String, Vec<u8>>), CniError> {
+        let own = self.own_home(network)?;
+        if own.shard.as_ref().is_some_and(|s| s.spec.holds(group)) {
+            return Ok((Located::Own, in_group(&own.entries, group)));
+        }
+        let anchor = self.load(&Place::entries(network, group), guarded)?;
+        let Some(shard) = &anchor.shard else {
+            return Ok((Located::Absent, BTreeMap::new()));
+        };
+        match &shard.spec.home {
+            None if anchor.entries.is_empty() => Ok((Located::Absent, BTreeMap::new())),
+            None => Ok((Located::Shared, anchor.entries)),
+            // Homed here by a commit whose home write never landed: nothing in it yet.
+            Some(node) if *node == self.node => Ok((Located::Own, BTreeMap::new())),
+            Some(node) => {
+                let home = self.load(&Place::node(network, node), guarded)?;
+                let entries = in_group(&home.entries, group);
+                Ok((Located::Home(node.clone()), entries))
+            }
+        }
+    }
+
     /// The entries of `network` under `prefix`, in key order.
     fn entries_under(
         &self,
@@ -239,19 +334,25 @@ impl KubernetesStore {
         prefix: &str,
         guarded: bool,
     ) -> Result<Vec<(String, Vec<u8>)>, CniError> {
-        let reads = match scope_of(network, prefix) {
-            Scope::Group(group) => vec![self.load(&Place::entries(network, &group), guarded)?],
-            Scope::Select(selector) => self
-                .list_selected(&selector, guarded)?
-                .into_iter()
-                .filter(|r| r.place.network == network && r.place.role == Role::Entries)
-                .collect(),
-        };
-        let mut out: Vec<(String, Vec<u8>)> = reads
-            .into_iter()
-            .flat_map(|r| r.entries.into_iter())
-            .filter(|(key, _)| key.starts_with(prefix))
-            .collect();
+        // The home first: a later read of another object must not predate it.
+        self.own_home(network)?;
+        let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+        match scope_of(network, prefix) {
+            Scope::Group(group) => out.extend(self.group(network, &group, guarded)?.1),
+            Scope::Select(selector) => {
+                let found = self.list_selected(&selector, guarded)?;
+                for read in found.into_iter().filter(|r| r.place.network == network) {
+                    match read.shard.as_ref().and_then(|s| s.spec.home.clone()) {
+                        None => out.extend(read.entries),
+                        Some(node) => {
+                            let home = self.load(&Place::node(network, &node), guarded)?;
+                            out.extend(in_group(&home.entries, &read.place.group));
+                        }
+                    }
+                }
+            }
+        }
+        out.retain(|(key, _)| key.starts_with(prefix));
         out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
@@ -273,12 +374,7 @@ impl KubernetesStore {
             .and_then(|d| d.spec.decided.as_ref())
             .filter(|d| d.commit == lock.commit);
         if let Some(decision) = decided {
-            let changes = decision
-                .changes
-                .get(&shard.metadata.name)
-                .cloned()
-                .unwrap_or_default();
-            return self.finish(shard, &lock.commit, &changes);
+            return self.finish(shard, decision);
         }
         let spoiled = decider
             .as_ref()
@@ -311,18 +407,13 @@ impl KubernetesStore {
         }
     }
 
-    /// Writes a decided commit's `changes` into the object it locked, unlocking it.
-    fn finish(
-        &self,
-        shard: Shard,
-        commit: &str,
-        changes: &[Change],
-    ) -> Result<Option<Shard>, CniError> {
-        let mut done = shard.clone();
-        done.spec.apply(changes);
-        done.spec.lock = None;
-        done.spec.commit = Some(commit.to_string());
-        let written = match done.spec.role == Role::Entries && done.spec.entries.is_empty() {
+    /// Writes what a decided commit changes in the object it locked, unlocking it.
+    fn finish(&self, shard: Shard, decision: &Decision) -> Result<Option<Shard>, CniError> {
+        let done = finished(&shard, decision);
+        let written = match done.spec.role == Role::Entries
+            && done.spec.entries.is_empty()
+            && done.spec.home.is_none()
+        {
             true => self
                 .api
                 .delete(&done.metadata.name, &shard.rv())
@@ -418,7 +509,10 @@ impl KubernetesStore {
         for shard in locked {
             let mut unlocked = shard.clone();
             unlocked.spec.lock = None;
-            let _ = match shard.spec.entries.is_empty() && shard.spec.commit.is_none() {
+            let created = shard.spec.role == Role::Entries
+                && shard.spec.entries.is_empty()
+                && shard.spec.commit.is_none();
+            let _ = match created {
                 // Created by the lock: gone again.
                 true => self.api.delete(&shard.metadata.name, &shard.rv()),
                 false => self.api.replace(&unlocked).map(drop),
@@ -426,11 +520,10 @@ impl KubernetesStore {
         }
     }
 
-    /// Step 1: locks `targets` (name → the read, with its new spec); the locked
-    /// objects, or the conflict.
-    fn lock(&self, targets: &[(Read, Spec)], lock: &Lock) -> Result<Vec<Shard>, CniError> {
+    /// Step 1: locks `targets`; the locked objects, or the conflict.
+    fn lock(&self, targets: &[Read], lock: &Lock) -> Result<Vec<Shard>, CniError> {
         let mut locked = Vec::new();
-        for (read, _) in targets {
+        for read in targets {
             let attempt = match &read.shard {
                 // Never over another commit's lock (a read through it): a conflict.
                 Some(shard) if shard.spec.lock.is_some() => Err(WriteFailure::Conflict),
@@ -515,7 +608,11 @@ impl KubernetesStore {
             listed_names.extend(seen.keys().cloned());
         }
         for (name, read) in &reads {
-            if locked_names.contains(name.as_str()) || listed_names.contains(name) {
+            // A home read is locked (another node's) or decided on (this node's).
+            if locked_names.contains(name.as_str())
+                || listed_names.contains(name)
+                || read.place.role == Role::Node
+            {
                 continue;
             }
             let now = self.api.get(name)?;
@@ -526,11 +623,421 @@ impl KubernetesStore {
         Ok(())
     }
 
+    /// What a commit of `changes` to `network` writes where: this node's home, and the
+    /// other objects it must lock (none: the commit is one write of the home).
+    fn plan(&self, network: &str, changes: &Changes) -> Result<Plan, CniError> {
+        let own = self.own_home(network)?;
+        let own_place = Place::node(network, &self.node);
+        let own_name = own_place.name();
+        let mut own_spec = own
+            .shard
+            .as_ref()
+            .map_or_else(|| Spec::empty(&own_place), |s| s.spec.clone());
+        let mut by_group: BTreeMap<&str, Vec<Change>> = BTreeMap::new();
+        for (key, change) in changes {
+            by_group.entry(group_of(key)).or_default().push(Change {
+                key: key.clone(),
+                put: change.as_ref().map(|v| Entry::new(key, v)),
+            });
+        }
+        let mut decision = Decision {
+            commit: commit_id(&self.node),
+            ..Decision::default()
+        };
+        let mut targets: BTreeMap<String, Read> = BTreeMap::new();
+        let mut delta = NodeUsage::default();
+        for (group, group_changes) in &by_group {
+            let (located, old) = self.group(network, group, true)?;
+            for change in group_changes {
+                if let Some(value) = old.get(&change.key) {
+                    delta.entries -= 1;
+                    delta.bytes -= entry_bytes(&change.key, value) as i64;
+                }
+                if let Some(value) = changes[&change.key].as_deref() {
+                    delta.entries += 1;
+                    delta.bytes += entry_bytes(&change.key, value) as i64;
+                }
+            }
+            let puts = group_changes.iter().any(|c| c.put.is_some());
+            let anchor = Place::entries(network, group);
+            // A group a runtime's call starts (or finds empty in another node's home)
+            // lies in this node's home from now on, while the home has room.
+            let homed_here = self.homing
+                && puts
+                && old.is_empty()
+                && located != Located::Own
+                && roomy(&own_spec);
+            match located {
+                Located::Own => own_spec.apply(group_changes),
+                _ if homed_here => {
+                    targets.insert(anchor.name(), self.load(&anchor, true)?);
+                    decision.homes.insert(anchor.name(), self.node.clone());
+                    if let Located::Home(node) = &located {
+                        let home = self.load(&Place::node(network, node), true)?;
+                        if home.shard.as_ref().is_some_and(|s| s.spec.holds(group)) {
+                            decision
+                                .dropped
+                                .entry(home.place.name())
+                                .or_default()
+                                .push(group.to_string());
+                        }
+                    }
+                    own_spec.apply(group_changes);
+                }
+                Located::Absent if !puts => {}
+                Located::Absent | Located::Shared => {
+                    targets.insert(anchor.name(), self.load(&anchor, true)?);
+                    decision
+                        .changes
+                        .entry(anchor.name())
+                        .or_default()
+                        .extend(group_changes.iter().cloned());
+                }
+                Located::Home(node) => {
+                    let home = Place::node(network, &node);
+                    targets.insert(home.name(), self.load(&home, true)?);
+                    decision
+                        .changes
+                        .entry(home.name())
+                        .or_default()
+                        .extend(group_changes.iter().cloned());
+                }
+            }
+        }
+        // Every other node's home this attempt read is locked too: that node's
+        // one-write commits check nothing but their own home.
+        for (name, read) in self.state.borrow().read.iter() {
+            if read.place.role == Role::Node && *name != own_name {
+                targets.entry(name.clone()).or_insert_with(|| read.clone());
+            }
+        }
+        fits(network, &own_spec)?;
+        for read in targets.values() {
+            let shard = read
+                .shard
+                .clone()
+                .unwrap_or_else(|| Shard::new(&read.place, Spec::empty(&read.place)));
+            fits(network, &finished(&shard, &decision).spec)?;
+        }
+        Ok(Plan {
+            own,
+            own_spec,
+            targets: targets.into_values().collect(),
+            decision,
+            delta,
+        })
+    }
+
+    /// The other nodes' usage of `network`, for the quota: as last listed while that
+    /// is under [`QUOTA_FRESH`] seconds old and the network stays under half its quota
+    /// with this commit, else listed now.
+    fn others_usage(
+        &self,
+        network: &str,
+        own: NodeUsage,
+        delta: NodeUsage,
+        quota: Quota,
+    ) -> Result<NodeUsage, CniError> {
+        let now = crate::health::unix_now();
+        if let Some((others, at)) = self.homes.get(network).others {
+            let entries = (others.entries + own.entries + delta.entries).max(0) as u64;
+            let bytes = (others.bytes + own.bytes + delta.bytes).max(0) as u64;
+            let fresh = now >= at && now - at < QUOTA_FRESH;
+            if fresh && entries <= quota.entries / 2 && bytes <= quota.bytes / 2 {
+                return Ok(others);
+            }
+        }
+        let mut others = NodeUsage::default();
+        for row in self.node_rows(network)? {
+            if row.spec.group != self.node {
+                let usage = row.spec.usage.unwrap_or_default();
+                others.entries += usage.entries;
+                others.bytes += usage.bytes;
+            }
+        }
+        self.homes
+            .update(network, |cached| cached.others = Some((others, now)));
+        Ok(others)
+    }
+
+    /// The home as a commit leaves it: the node's usage, when it last committed, the
+    /// module that served it, the commit's id.
+    fn stamp(&self, network: &str, spec: &mut Spec, delta: NodeUsage, commit: &str) {
+        let usage = spec.usage.unwrap_or_default();
+        spec.usage = Some(NodeUsage {
+            entries: usage.entries + delta.entries,
+            bytes: usage.bytes + delta.bytes,
+            last: Some(crate::health::unix_now()),
+        });
+        // Which module served the network, as this node ran it: kept in its own home,
+        // so no call writes a shared record.
+        let served_by = self.state.borrow().served_by.clone();
+        if let Some((_, record)) = served_by.filter(|(net, _)| net == network) {
+            spec.served_by = Some(serde_json::to_string(&record).expect("serialisable"));
+        }
+        spec.commit = Some(commit.to_string());
+    }
+
+    /// Writes the node's home as `spec`, conditional on the version `own` read.
+    fn put_home(&self, own: &Read, spec: Spec) -> Result<Shard, WriteFailure> {
+        match &own.shard {
+            Some(shard) => {
+                let mut shard = shard.clone();
+                shard.spec = spec;
+                self.api.replace(&shard)
+            }
+            None => self.api.create(&Shard::new(&own.place, spec)),
+        }
+    }
+
+    /// The home as the apiserver now holds it after this node wrote it: cached.
+    fn confirmed(&self, network: &str, home: &Shard) {
+        self.cache_home(network, Some(home));
+        self.state
+            .borrow_mut()
+            .unconfirmed
+            .remove(&home.metadata.name);
+    }
+
+    fn forget_home(&self, network: &str) {
+        self.homes.update(network, |cached| cached.home = None);
+    }
+
+    /// The whole commit in one write of the node's home: nothing else was written or
+    /// locked, and its version checks every read of it.
+    fn write_home(&self, network: &str, plan: Plan) -> Result<Written, CniError> {
+        let Plan {
+            own,
+            mut own_spec,
+            decision,
+            delta,
+            ..
+        } = plan;
+        self.stamp(network, &mut own_spec, delta, &decision.commit);
+        match self.put_home(&own, own_spec) {
+            Ok(shard) => {
+                self.confirmed(network, &shard);
+                Ok(Written::durable())
+            }
+            Err(WriteFailure::Unknown(e)) => match self.api.get(&own.place.name()) {
+                Ok(Some(now)) if now.spec.commit.as_deref() == Some(&decision.commit) => {
+                    self.confirmed(network, &now);
+                    Ok(Written::durable())
+                }
+                Ok(now) => {
+                    self.cache_home(network, now.as_ref());
+                    Err(Api::not_applied(e))
+                }
+                Err(_) => {
+                    self.forget_home(network);
+                    Err(e)
+                }
+            },
+            Err(WriteFailure::Conflict) => {
+                self.forget_home(network);
+                Err(self.conflicted("the node's own home changed since it was read"))
+            }
+            Err(WriteFailure::Failed(e)) => Err(e),
+        }
+    }
+
+    /// A commit that writes or locks other objects than the node's home: steps 1 to 4
+    /// of the module's description, the decision in the home.
+    fn commit_across(
+        &self,
+        network: &str,
+        plan: Plan,
+        changes: &Changes,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<Written, CniError> {
+        let Plan {
+            own,
+            mut own_spec,
+            mut targets,
+            decision,
+            delta,
+        } = plan;
+        targets.sort_by_key(|read| read.place.name());
+        let until = crate::health::unix_now()
+            + self
+                .api
+                .until()
+                .saturating_duration_since(Instant::now())
+                .as_secs();
+        let lock = Lock {
+            node: self.node.clone(),
+            commit: decision.commit.clone(),
+            until,
+        };
+        self.write_pending(Some(&Pending {
+            commit: decision.commit.clone(),
+            network: network.to_string(),
+            names: targets.iter().map(|r| r.place.name()).collect(),
+        }))?;
+        let locked = self.lock(&targets, &lock)?;
+        if let Err(e) = self.validate(&locked) {
+            self.unlock_all(&locked);
+            return Err(e);
+        }
+        if expired() {
+            self.unlock_all(&locked);
+            return Err(super::too_late(changes));
+        }
+
+        // Step 3: the decision, with this node's own changes, in its home.
+        self.stamp(network, &mut own_spec, delta, &decision.commit);
+        own_spec.decided = Some(decision.clone());
+        match self.put_home(&own, own_spec) {
+            Ok(shard) => self.confirmed(network, &shard),
+            Err(WriteFailure::Unknown(e)) => {
+                let looked = self.api.get(&own.place.name());
+                match looked {
+                    Ok(Some(now))
+                        if now
+                            .spec
+                            .decided
+                            .as_ref()
+                            .is_some_and(|d| d.commit == decision.commit) =>
+                    {
+                        self.confirmed(network, &now)
+                    }
+                    looked => {
+                        self.forget_home(network);
+                        self.unlock_all(&locked);
+                        return Err(match looked {
+                            Ok(_) => Api::not_applied(e),
+                            Err(_) => e,
+                        });
+                    }
+                }
+            }
+            Err(WriteFailure::Conflict) => {
+                self.forget_home(network);
+                self.unlock_all(&locked);
+                return Err(self.conflicted("the node's own home changed during the commit"));
+            }
+            Err(WriteFailure::Failed(e)) => {
+                self.unlock_all(&locked);
+                return Err(e);
+            }
+        }
+
+        // Step 4: each locked object as the commit leaves it. The commit stands
+        // already; one not written now is finished by whoever meets its lock.
+        for shard in locked {
+            let name = shard.metadata.name.clone();
+            if let Err(e) = self.finish(shard, &decision) {
+                tracing::warn!(
+                    "kubernetes: commit {} decided, {PLURAL}/{name} not yet written: {e}; the next call finishes it",
+                    decision.commit
+                );
+                return Ok(Written::durable());
+            }
+        }
+        self.write_pending(None)?;
+        Ok(Written::durable())
+    }
+
     fn conflicted(&self, why: &str) -> CniError {
         self.state.borrow_mut().conflicted = true;
         self.api.figures.borrow_mut().conflicts += 1;
         conflict(why)
     }
+}
+
+/// `shard`, locked by `decision`'s commit, as that commit leaves it: its entries
+/// changed, its group's home set, the groups moved out of it gone, unlocked.
+fn finished(shard: &Shard, decision: &Decision) -> Shard {
+    let name = &shard.metadata.name;
+    let mut done = shard.clone();
+    done.spec
+        .apply(decision.changes.get(name).map_or(&[][..], Vec::as_slice));
+    if let Some(node) = decision.homes.get(name) {
+        done.spec.home = Some(node.clone());
+    }
+    if let Some(moved) = decision.dropped.get(name) {
+        done.spec.groups.retain(|g| !moved.contains(g));
+        done.spec
+            .entries
+            .retain(|e| !moved.iter().any(|g| g == group_of(&e.key)));
+        done.spec.size = done.spec.entries.len() as u64;
+    }
+    done.spec.lock = None;
+    if done.spec.role == Role::Entries {
+        done.spec.commit = Some(decision.commit.clone());
+    }
+    done
+}
+
+/// Where a group's entries lie, as a call reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Located {
+    /// In this node's home.
+    Own,
+    /// Nowhere yet (or in an empty object of its own, left by a commit undone).
+    Absent,
+    /// In an object of its own.
+    Shared,
+    /// In the home of that node.
+    Home(String),
+}
+
+/// A commit, planned: see [`KubernetesStore::plan`].
+struct Plan {
+    own: Read,
+    own_spec: Spec,
+    targets: Vec<Read>,
+    decision: Decision,
+    delta: NodeUsage,
+}
+
+/// Whether a home may take a new group: under half of what one object holds.
+fn roomy(home: &Spec) -> bool {
+    home.entries.len() < objects::MAX_OBJECT_ENTRIES / 2
+        && serde_json::to_vec(&home.entries)
+            .expect("serialisable")
+            .len()
+            < objects::MAX_OBJECT_BYTES / 2
+}
+
+/// Refuses an object that would hold more than one object may (code 105).
+fn fits(network: &str, spec: &Spec) -> Result<(), CniError> {
+    let what = match spec.role {
+        Role::Entries => format!("the entries of group {:?}", spec.group),
+        Role::Node => format!("the home of node {:?}", spec.group),
+    };
+    if spec.entries.len() > objects::MAX_OBJECT_ENTRIES {
+        return Err(CniError::new(
+            code::LIMIT_EXCEEDED,
+            format!(
+                "kubernetes: {what} of network {network:?} would number {} entries in one {KIND}, over its limit of {}; nothing was committed",
+                spec.entries.len(),
+                objects::MAX_OBJECT_ENTRIES
+            ),
+        ));
+    }
+    let bytes = serde_json::to_vec(&spec.entries)
+        .expect("serialisable")
+        .len();
+    if bytes > objects::MAX_OBJECT_BYTES {
+        return Err(CniError::new(
+            code::LIMIT_EXCEEDED,
+            format!(
+                "kubernetes: {what} of network {network:?} would take {bytes} bytes in one {KIND}, over its limit of {} bytes; nothing was committed",
+                objects::MAX_OBJECT_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The entries of `group` among a home's.
+fn in_group(entries: &BTreeMap<String, Vec<u8>>, group: &str) -> BTreeMap<String, Vec<u8>> {
+    entries
+        .iter()
+        .filter(|(key, _)| group_of(key) == group)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Who meets a lock, for [`KubernetesStore::resolve`].
@@ -598,8 +1105,8 @@ fn clamp(u: NodeUsage) -> Usage {
 
 impl Store for KubernetesStore {
     fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
-        let read = self.load(&Place::entries(network, group_of(key)), true)?;
-        Ok(read.entries.get(key).cloned())
+        let (_, mut entries) = self.group(network, group_of(key), true)?;
+        Ok(entries.remove(key))
     }
 
     fn visit_prefix(
@@ -617,8 +1124,8 @@ impl Store for KubernetesStore {
     }
 
     fn peek(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
-        let read = self.load(&Place::entries(network, group_of(key)), false)?;
-        Ok(read.entries.get(key).cloned())
+        let (_, mut entries) = self.group(network, group_of(key), false)?;
+        Ok(entries.remove(key))
     }
 
     fn peek_prefix(
@@ -637,7 +1144,11 @@ impl Store for KubernetesStore {
 
     fn entries(&self, network: Option<&str>) -> Result<Vec<(String, String, Vec<u8>)>, CniError> {
         let mut out = Vec::new();
-        for read in self.list_selected(&select(Role::Entries, network), false)? {
+        // Groups of their own, then the nodes' homes (a group's object that names a
+        // home holds nothing itself).
+        let mut reads = self.list_selected(&select(Role::Entries, network), false)?;
+        reads.extend(self.list_selected(&select(Role::Node, network), false)?);
+        for read in reads {
             if network.is_some_and(|n| n != read.place.network) {
                 continue;
             }
@@ -657,189 +1168,37 @@ impl Store for KubernetesStore {
         expired: &dyn Fn() -> bool,
     ) -> Result<Written, CniError> {
         if changes.is_empty() {
-            return Ok(Written::durable());
+            return self.confirm_reads().map(|()| Written::durable());
         }
-        // The changes by object, each object read (and so checked) if the handler
-        // did not read it itself.
-        let mut by_place: BTreeMap<Place, Vec<Change>> = BTreeMap::new();
-        for (key, change) in changes {
-            by_place
-                .entry(Place::entries(network, group_of(key)))
-                .or_default()
-                .push(Change {
-                    key: key.clone(),
-                    put: change.as_ref().map(|v| Entry::new(key, v)),
-                });
-        }
-        let mut targets: Vec<(Read, Spec)> = Vec::new();
-        let mut delta = NodeUsage::default();
-        let mut decision = Decision {
-            commit: commit_id(&self.node),
-            changes: BTreeMap::new(),
-        };
-        for (place, object_changes) in &by_place {
-            let read = self.load(place, true)?;
-            for change in object_changes {
-                if let Some(old) = read.entries.get(&change.key) {
-                    delta.entries -= 1;
-                    delta.bytes -= entry_bytes(&change.key, old) as i64;
-                }
-                if let Some(value) = changes[&change.key].as_deref() {
-                    delta.entries += 1;
-                    delta.bytes += entry_bytes(&change.key, value) as i64;
-                }
-            }
-            let mut spec = read
+        let plan = self.plan(network, changes)?;
+        let growing = plan.delta.entries > 0 || plan.delta.bytes > 0;
+        if growing {
+            let own = plan
+                .own
                 .shard
                 .as_ref()
-                .map_or_else(|| Spec::empty(place), |s| s.spec.clone());
-            spec.apply(object_changes);
-            let bytes = serde_json::to_vec(&spec.entries)
-                .expect("serialisable")
-                .len();
-            if spec.entries.len() > objects::MAX_OBJECT_ENTRIES {
-                return Err(CniError::new(
-                    code::LIMIT_EXCEEDED,
-                    format!(
-                        "kubernetes: the entries of group {:?} of network {network:?} would number {} in one {KIND}, over its limit of {}; nothing was committed",
-                        place.group,
-                        spec.entries.len(),
-                        objects::MAX_OBJECT_ENTRIES
-                    ),
-                ));
-            }
-            if bytes > objects::MAX_OBJECT_BYTES {
-                return Err(CniError::new(
-                    code::LIMIT_EXCEEDED,
-                    format!(
-                        "kubernetes: the entries of group {:?} of network {network:?} would take {bytes} bytes in one {KIND}, over its limit of {} bytes; nothing was committed",
-                        place.group,
-                        objects::MAX_OBJECT_BYTES
-                    ),
-                ));
-            }
-            decision
-                .changes
-                .insert(place.name(), object_changes.clone());
-            targets.push((read, spec));
-        }
-        // Which module served the network, as this node ran it: kept in the node's own
-        // object, written with the decision, so no call writes a shared record.
-        let served_by = self
-            .state
-            .borrow()
-            .served_by
-            .clone()
-            .filter(|(net, _)| net == network)
-            .map(|(_, record)| serde_json::to_string(&record).expect("serialisable"));
-        let rows = self.node_rows(network)?;
-        let (total, mine) = sum(&rows, &self.node);
-        let after = NodeUsage {
-            entries: total.entries + delta.entries,
-            bytes: total.bytes + delta.bytes,
-            last: None,
-        };
-        check_quota(network, clamp(total), clamp(after), quota)?;
-        targets.sort_by_key(|(read, _)| read.place.name());
-        if expired() {
-            return Err(super::too_late(changes));
-        }
-
-        let until = crate::health::unix_now()
-            + self
-                .api
-                .until()
-                .saturating_duration_since(Instant::now())
-                .as_secs();
-        let lock = Lock {
-            node: self.node.clone(),
-            commit: decision.commit.clone(),
-            until,
-        };
-        self.write_pending(Some(&Pending {
-            commit: decision.commit.clone(),
-            network: network.to_string(),
-            names: targets.iter().map(|(r, _)| r.place.name()).collect(),
-        }))?;
-        let locked = self.lock(&targets, &lock)?;
-        if let Err(e) = self.validate(&locked) {
-            self.unlock_all(&locked);
-            return Err(e);
-        }
-        if expired() {
-            self.unlock_all(&locked);
-            return Err(super::too_late(changes));
-        }
-
-        // Step 3: the decision, in the node's own object.
-        let deciding = Place::node(network, &self.node);
-        let mut own = mine.map_or_else(
-            || Shard::new(&deciding, Spec::empty(&deciding)),
-            |shard| shard.clone(),
-        );
-        let usage = own.spec.usage.unwrap_or_default();
-        own.spec.usage = Some(NodeUsage {
-            entries: usage.entries + delta.entries,
-            bytes: usage.bytes + delta.bytes,
-            last: Some(crate::health::unix_now()),
-        });
-        if served_by.is_some() {
-            own.spec.served_by = served_by;
-        }
-        own.spec.decided = Some(decision.clone());
-        own.spec.commit = Some(decision.commit.clone());
-        let decided = match own.metadata.resource_version.is_some() {
-            true => self.api.replace(&own),
-            false => self.api.create(&own),
-        };
-        match decided {
-            Ok(_) => {}
-            Err(WriteFailure::Unknown(e)) => {
-                let looked = self.api.get(&deciding.name());
-                let landed = matches!(
-                    &looked,
-                    Ok(Some(s)) if s.spec.decided.as_ref().is_some_and(|d| d.commit == decision.commit)
-                );
-                if !landed {
-                    self.unlock_all(&locked);
-                    return Err(match looked {
-                        Ok(_) => Api::not_applied(e),
-                        Err(_) => e,
-                    });
-                }
-            }
-            Err(WriteFailure::Conflict) => {
-                self.unlock_all(&locked);
-                return Err(self.conflicted("the node's own object changed during the commit"));
-            }
-            Err(WriteFailure::Failed(e)) => {
-                self.unlock_all(&locked);
-                return Err(e);
-            }
-        }
-
-        // Step 4: each locked object's new entries. The commit stands already; one
-        // not written now is finished by whoever meets its lock.
-        for (shard, (_, spec)) in locked.into_iter().zip(&targets) {
-            let mut done = shard.clone();
-            done.spec = spec.clone();
-            done.spec.lock = None;
-            done.spec.commit = Some(decision.commit.clone());
-            let written = match done.spec.role == Role::Entries && done.spec.entries.is_empty() {
-                true => self.api.delete(&done.metadata.name, &shard.rv()),
-                false => self.api.replace(&done).map(drop),
+                .and_then(|s| s.spec.usage)
+                .unwrap_or_default();
+            let others = self.others_usage(network, own, plan.delta, quota)?;
+            let total = NodeUsage {
+                entries: others.entries + own.entries,
+                bytes: others.bytes + own.bytes,
+                last: None,
             };
-            if let Err(WriteFailure::Failed(e) | WriteFailure::Unknown(e)) = written {
-                tracing::warn!(
-                    "kubernetes: commit {} decided, {PLURAL}/{} not yet written: {e}; the next call finishes it",
-                    decision.commit,
-                    shard.metadata.name
-                );
-                return Ok(Written::durable());
-            }
+            let after = NodeUsage {
+                entries: total.entries + plan.delta.entries,
+                bytes: total.bytes + plan.delta.bytes,
+                last: None,
+            };
+            check_quota(network, clamp(total), clamp(after), quota)?;
         }
-        self.write_pending(None)?;
-        Ok(Written::durable())
+        if expired() {
+            return Err(super::too_late(changes));
+        }
+        match plan.targets.is_empty() {
+            true => self.write_home(network, plan),
+            false => self.commit_across(network, plan, changes, expired),
+        }
     }
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
@@ -887,14 +1246,14 @@ impl Store for KubernetesStore {
             if shard.spec.network != network {
                 continue;
             }
-            if shard.spec.role == Role::Entries {
-                held += shard.spec.entries.len() as u64;
-            }
+            held += shard.spec.entries.len() as u64;
             match self.api.delete(&shard.metadata.name, &shard.rv()) {
                 Ok(()) | Err(WriteFailure::Conflict) => {}
                 Err(WriteFailure::Unknown(e) | WriteFailure::Failed(e)) => return Err(e),
             }
         }
+        self.homes
+            .update(network, |cached| *cached = homes::Cached::default());
         Ok((held, Written::durable()))
     }
 
@@ -902,8 +1261,9 @@ impl Store for KubernetesStore {
     /// checks every network's usage against its entries.
     fn check(&self) -> Result<Vec<String>, CniError> {
         let mut problems = Vec::new();
-        // Only entries objects are locked: a node's object is written by its decision.
-        for shard in self.api.list(&select(Role::Entries, None))? {
+        let mut all = self.api.list(&select(Role::Entries, None))?;
+        all.extend(self.api.list(&select(Role::Node, None))?);
+        for shard in all {
             let name = shard.metadata.name.clone();
             if let Err(e) = shard.spec.entry_map(&name) {
                 problems.push(e);
@@ -949,7 +1309,29 @@ impl Store for KubernetesStore {
         state.read.clear();
         state.peeked.clear();
         state.listed.clear();
+        state.unconfirmed.clear();
         state.conflicted = false;
+    }
+
+    fn serve_runtime(&mut self) {
+        self.homing = true;
+    }
+
+    fn confirm_reads(&mut self) -> Result<(), CniError> {
+        let names = std::mem::take(&mut self.state.borrow_mut().unconfirmed);
+        for name in names {
+            let Some(read) = self.state.borrow().read.get(&name).cloned() else {
+                continue;
+            };
+            let now = self.api.get(&name)?;
+            if now.as_ref().map(Shard::rv) != read.rv() {
+                self.cache_home(&read.place.network, now.as_ref());
+                return Err(self.conflicted(&format!(
+                    "{PLURAL}/{name}, this node's home, changed since the node cached it"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn kubernetes_figures(&self) -> Option<Figures> {

@@ -2,14 +2,16 @@
 //! `IPAMShard` in the group `ipam.wasm-ipam.dev`, cluster-scoped.
 //!
 //! A network's entries are grouped by their key's first two `/`-separated segments
-//! (cluster-pool's `own/<node>/<pod>/<if>` lies in the object of `own/<node>`, its
-//! `blk/10.244.0.0/26` in that of `blk/10.244.0.0`): one object per group, so a call
-//! reads and writes the few objects its keys name, and a node's own records never
-//! share an object with another node's. Beside them, each node has one object per
-//! network (`role: node`: its net change to the network's size, when it last
-//! committed, and its last commit's decision), and each network one (`role:
-//! network`: which module serves it). Entries are a list keyed by `key`
-//! (`x-kubernetes-list-type: map`), so the apiserver itself refuses a doubled key.
+//! (cluster-pool's `own/<node>/<pod>/<if>` is in group `own/<node>`, its
+//! `blk/10.244.0.0/26` in `blk/10.244.0.0`). Each group has an object of its own
+//! (`role: entries`), which holds the group's entries or, for a group a node's
+//! runtime call started, names that node (`home`): then the entries lie in the
+//! node's home, its one object per network (`role: node`), beside the node's net
+//! change to the network's size, when it last committed, its last commit's decision
+//! and which module served it. So a steady call reads and writes one object, and a
+//! node's records never share an object with another node's. Entries are a list
+//! keyed by `key` (`x-kubernetes-list-type: map`), so the apiserver itself refuses a
+//! doubled key.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -267,6 +269,12 @@ pub struct Decision {
     pub commit: String,
     /// Object name → its changes: key → new value (absent: deleted).
     pub changes: BTreeMap<String, Vec<Change>>,
+    /// A group's object → the node whose home now holds the group's entries.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub homes: BTreeMap<String, String>,
+    /// A node's home → the groups it no longer holds (moved to the deciding node's).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropped: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -304,6 +312,12 @@ pub struct Spec {
     pub aborted: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<String>,
+    /// A group's object whose entries lie in a node's home: that node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
+    /// A node's home: the groups whose entries it holds, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
 }
 
 impl Spec {
@@ -320,7 +334,16 @@ impl Spec {
             decided: None,
             aborted: Vec::new(),
             served_by: None,
+            home: None,
+            groups: Vec::new(),
         }
+    }
+
+    /// Whether this home holds `group`.
+    pub fn holds(&self, group: &str) -> bool {
+        self.groups
+            .binary_search_by(|g| g.as_str().cmp(group))
+            .is_ok()
     }
 
     pub fn place(&self) -> Place {
@@ -343,6 +366,14 @@ impl Spec {
                     entry.key
                 ));
             }
+            if self.role == Role::Node && !self.holds(group_of(&entry.key)) {
+                return Err(format!(
+                    "{KIND} {name} (the home of node {:?}) holds key {:?} of group {:?}, which is not among its groups; it was edited by hand: move or remove it",
+                    self.group,
+                    entry.key,
+                    group_of(&entry.key)
+                ));
+            }
             if self.role == Role::Entries && group_of(&entry.key) != self.group {
                 return Err(format!(
                     "{KIND} {name} (group {:?}) holds key {:?}, which belongs to group {:?}; it was edited by hand: move or remove it",
@@ -355,13 +386,21 @@ impl Spec {
         Ok(map)
     }
 
-    /// Applies `changes` to the entries.
+    /// Applies `changes` to the entries; a home takes the group of each key put.
     pub fn apply(&mut self, changes: &[Change]) {
         let mut map: BTreeMap<String, Entry> =
             self.entries.drain(..).map(|e| (e.key.clone(), e)).collect();
         for change in changes {
             match &change.put {
-                Some(entry) => map.insert(change.key.clone(), entry.clone()),
+                Some(entry) => {
+                    if self.role == Role::Node {
+                        let group = group_of(&change.key);
+                        if let Err(at) = self.groups.binary_search_by(|g| g.as_str().cmp(group)) {
+                            self.groups.insert(at, group.to_string());
+                        }
+                    }
+                    map.insert(change.key.clone(), entry.clone())
+                }
                 None => map.remove(&change.key),
             };
         }
