@@ -226,19 +226,13 @@ EOF
     ;;
   kubernetes)
     store_manifests
-    # qps 50 (the etcd store's default), not the store's 5: measured on this node, an
-    # ADD or a DEL of the herd makes 13 to 15 requests at the median, up to 24 for an ADD
-    # that claims a block (about 3 s each at 5 qps once the burst
-    # of 100 is spent), so a herd of 60 calls queued at once needs about 170 s of
-    # tokens and the calls past the 20th outlive lockTimeoutSeconds (60 s): 43 of
-    # 103 ADDs and 53 of 114 DELs failed with code 11, and kubelet logged the DELs as
-    # teardown failures. At 50 the herd's 900 requests take about 16 s of tokens.
+    # The store's default rate (qps 5, burst 100), as a node would run it.
     cat >"$dir/ipam/cluster.json" <<EOF
 {
   "cidr": "$pod_cidr",
   "blockSize": $block_size,
   "nodeName": "$node_name",
-  "store": {"type": "kubernetes", "qps": 50}
+  "store": {"type": "kubernetes"}
 }
 EOF
     # The kubelet's own credentials (system:node:$node_name in system:nodes, which
