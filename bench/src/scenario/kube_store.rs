@@ -461,7 +461,7 @@ fn section(
         "\nWhat this means for a herd of DELs at the Kubernetes store's defaults: a node's \
          limiter (`qps` {DEFAULT_KUBERNETES_QPS}, `burst` {DEFAULT_KUBERNETES_BURST}) \
          grants {DEFAULT_KUBERNETES_QPS} × {TEARDOWN_SECONDS} + {DEFAULT_KUBERNETES_BURST} \
-         = {grant:.0} requests within kubelet's 2-minute teardown, so at the {} requests a \
+         = {grant:.0} requests within kubelet's 2-minute teardown, so at {} request(s) per \
          DEL sent here (median; {} at most) a herd of N DELs fits only if N × {} ≤ \
          {grant:.0}, i.e. N ≤ {:.0} pods deleted at once ({:.0} at the most requests a DEL sent), \
          where the etcd store at its default `qps` {DEFAULT_ETCD_QPS} fits {:.0} ({} \
