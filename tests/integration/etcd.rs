@@ -1299,6 +1299,13 @@ fn a_calls_etcd_requests_are_what_cluster_md_says() {
     // its address for it in a `sticky/` record.
     requests("ADD", "s0", "db-0");
     let sticky_del = requests("DEL", "s0", "db-0");
+    // The budget of a DEL herd, as on the Kubernetes store: a steady ADD at most 3
+    // requests, a DEL at most 2 (what the node kept from earlier calls is not read
+    // again).
+    assert!(
+        next[0] <= 3 && del <= 2 && sticky_del <= 2,
+        "ADD {next:?}, DEL {del}, sticky DEL {sticky_del}"
+    );
     let doc = std::fs::read_to_string(workspace().join("docs/cluster.md")).unwrap();
     let says = format!(
         "an ADD into a block the node holds makes {}, the node's first ADD, which claims a block, {first}; a DEL {del}, a sticky pod's DEL {sticky_del}",

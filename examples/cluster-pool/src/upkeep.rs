@@ -6,7 +6,8 @@
 //! the next calls, which start looking elsewhere among the node's blocks.
 //!
 //! Which blocks have work is peeked (a request each, no key of the commit), so keys
-//! go only to blocks with work. What each piece costs in the transaction, counted as
+//! go only to blocks with work; a block the call has read already (a DEL's, whose
+//! address it released) is looked at in that read, which costs nothing more. What each piece costs in the transaction, counted as
 //! the store counts it (a key read and written once):
 //! - a block with work: its record (read again, checked, and written back);
 //! - an expired hold that names its pod: the pod's `sticky/` record (and its other
@@ -56,8 +57,8 @@ impl<S: Store> Call<'_, S> {
 
     /// This node's upkeep, the last work of a DEL or GC: sweeps and frees among at
     /// most [`BLOCKS_PER_CALL`] of its blocks, from the `start`-th on, within the
-    /// room the call's own work left.
-    pub fn upkeep(&mut self, start: usize) -> Result<(), Error> {
+    /// room the call's own work left. `known` are blocks the call has read already.
+    pub fn upkeep(&mut self, start: usize, known: &[IpNet]) -> Result<(), Error> {
         let ranges: Vec<Range> = self.conf.ranges().cloned().collect();
         let mut mine: Vec<(Range, IpNet)> = Vec::new();
         for range in ranges {
@@ -72,7 +73,11 @@ impl<S: Store> Call<'_, S> {
             }
             let (range, block_net) = &mine[(start + i) % count];
             let key = block_key(*block_net);
-            if !self.peek_block(&key)?.is_some_and(|b| self.has_work(&b)) {
+            let looked = match known.contains(block_net) {
+                true => read::<Block>(self.store, &key)?,
+                false => self.peek_block(&key)?,
+            };
+            if !looked.is_some_and(|b| self.has_work(&b)) {
                 continue;
             }
             let Some(mut block) = read::<Block>(self.store, &key)? else {

@@ -29,6 +29,8 @@
 //! `<prefix>s/<network>` (which module serves it). A network name's `%` and `/` are
 //! escaped so no name reaches into another's keys.
 
+mod cache;
+
 use super::{
     Changes, Quota, Records, ServedBy, Store, Usage, Written, check_quota, entry_bytes, too_late,
     usage_problems,
@@ -47,6 +49,9 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// How long (seconds) the other nodes' usage rows, as read, stand in for the quota
+/// check while a network is under half its quota.
+const OTHERS_FRESH: u64 = 30;
 /// The longest a connect to one member may take before the next member is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause before trying every member again once each has failed.
@@ -58,6 +63,7 @@ const ROUND_PAUSE: Duration = Duration::from_millis(100);
 const TRIES_PER_TIMEOUT: u32 = 3;
 
 use super::rate::RateLimiter;
+use cache::{Cache, Seen};
 
 /// The node's etcd rate limiter's state, in `dataDir`.
 pub const RATE_FILE: &str = "etcd-rate";
@@ -95,6 +101,8 @@ pub struct EtcdStore {
     /// The longest one try of a request may wait for its member's answer.
     try_timeout: Duration,
     endpoints: String,
+    /// The node's copies of what its calls read and wrote, in `dataDir`.
+    cache: Cache,
     /// The store is read through `&self` ([`Store::get`]); what reads record lives here.
     state: RefCell<State>,
 }
@@ -113,6 +121,12 @@ struct State {
     served_by: Option<(String, ServedBy)>,
     /// Whether the last request was answered, for CNI STATUS ([`crate::health`]).
     seen: StoreSeen,
+    /// Each network's copies from the cache, as loaded by this store's first use.
+    copies: BTreeMap<String, cache::Network>,
+    /// The keys this attempt read one at a time, by network, as it saw them.
+    read_keys: BTreeMap<String, BTreeMap<String, Seen>>,
+    /// Whether this attempt read a key from the cache.
+    from_cache: bool,
 }
 
 impl EtcdStore {
@@ -184,6 +198,10 @@ impl EtcdStore {
             timeout,
             try_timeout,
             endpoints: config.endpoints.join(","),
+            cache: Cache::new(
+                data_dir,
+                &named(&config.endpoints.join(","), &config.prefix),
+            ),
             state: RefCell::new(State {
                 limiter: Some(limiter),
                 ..State::default()
@@ -229,7 +247,15 @@ impl EtcdStore {
         F: Fn(KvClient) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
     {
+        let sent = Instant::now();
         let answered = self.request_members(what, resend, make);
+        // One line per request at logLevel debug, as the Kubernetes store writes.
+        match &answered {
+            Ok(_) => {
+                tracing::debug!(target: "store", "etcd: {what}: answered after {:.1} ms", sent.elapsed().as_secs_f64() * 1e3)
+            }
+            Err(e) => tracing::debug!(target: "store", "etcd: {what}: {e}"),
+        }
         self.state.borrow_mut().seen = match &answered {
             Ok(_) => StoreSeen::Reached,
             Err(e) => StoreSeen::Unreached(Condition::of(e)),
@@ -362,8 +388,13 @@ impl EtcdStore {
         if let Some(revision) = snapshot {
             options = options.with_revision(revision);
         }
+        let what = format!(
+            "{what} {}{}",
+            String::from_utf8_lossy(&key),
+            if prefix { "*" } else { "" }
+        );
         let answer = self
-            .request(what, Resend::Always, |mut kv| {
+            .request(&what, Resend::Always, |mut kv| {
                 let (key, options) = (key.clone(), options.clone());
                 async move { kv.get(key, Some(options)).await }
             })
@@ -385,6 +416,23 @@ impl EtcdStore {
     /// commit can check them.
     fn guarded_read(&self, key: Vec<u8>, prefix: bool) -> Result<Vec<KeyValue>, CniError> {
         let kvs = self.read("read", key.clone(), prefix)?;
+        // A key this attempt took from the cache must be as etcd holds it at the
+        // snapshot: else the handler saw two values of one key.
+        let stale = {
+            let state = self.state.borrow();
+            let found: BTreeMap<&[u8], i64> =
+                kvs.iter().map(|kv| (kv.key(), kv.mod_revision())).collect();
+            state.reads.iter().any(|(read, (revision, _))| {
+                let under = match prefix {
+                    true => read.starts_with(&key),
+                    false => *read == key,
+                };
+                under && found.get(read.as_slice()).copied().unwrap_or(0) != *revision
+            })
+        };
+        if stale {
+            return Err(self.stale_copies());
+        }
         let mut state = self.state.borrow_mut();
         if prefix {
             state.listed.insert(key);
@@ -439,7 +487,7 @@ impl EtcdStore {
         own_key: Vec<u8>,
         own_revision: i64,
         own_row: &[u8],
-    ) -> Result<bool, CniError> {
+    ) -> Result<Applied, CniError> {
         let txn = txn.or_else(vec![TxnOp::get(own_key, None)]);
         let answered = self.request("commit", Resend::AtMostOnce, |mut kv| {
             let txn = txn.clone();
@@ -447,7 +495,7 @@ impl EtcdStore {
         })?;
         let response = answered.value;
         if response.succeeded() {
-            return Ok(true);
+            return Ok(Applied::Now(response.header().map_or(0, |h| h.revision())));
         }
         let applied_before = answered.maybe_left
             && response.op_responses().into_iter().any(|op| match op {
@@ -457,7 +505,146 @@ impl EtcdStore {
                     .is_some_and(|kv| kv.mod_revision() != own_revision && kv.value() == own_row),
                 _ => false,
             });
-        Ok(applied_before)
+        Ok(match applied_before {
+            true => Applied::Before,
+            false => Applied::Not,
+        })
+    }
+
+    /// After a commit applied at `revision`: the node keeps what the call read and
+    /// wrote of `network`, and its usage row `mine`, for its next calls.
+    fn keep_copies(&self, network: &str, changes: &Changes, mine: &SignedUsage, revision: i64) {
+        let mut state = self.state.borrow_mut();
+        let read = state.read_keys.remove(network).unwrap_or_default();
+        let copies = state
+            .copies
+            .entry(network.to_string())
+            .or_insert_with(|| self.cache.get(network));
+        copies.keys.extend(read);
+        for (key, change) in changes {
+            let seen = match change {
+                Some(value) => Seen::new(revision, Some(value)),
+                None => Seen::new(0, None),
+            };
+            copies.keys.insert(key.clone(), seen);
+        }
+        let own = SignedUsage {
+            last: mine.last,
+            ..*mine
+        };
+        copies.own_row = Some((serde_json::to_string(&own).expect("serialisable"), revision));
+        self.cache.put(network, copies.clone());
+    }
+
+    /// The node's copy of `key` of `network`, if the cache has one.
+    fn cached(&self, network: &str, key: &str) -> Option<Seen> {
+        let mut state = self.state.borrow_mut();
+        let copies = state
+            .copies
+            .entry(network.to_string())
+            .or_insert_with(|| self.cache.get(network));
+        copies.keys.get(key).cloned()
+    }
+
+    /// Forgets the node's copies of `network`.
+    fn forget_copies(&self, network: &str) {
+        self.state
+            .borrow_mut()
+            .copies
+            .insert(network.to_string(), cache::Network::default());
+        self.cache.put(network, cache::Network::default());
+    }
+
+    /// A read found a copy stale: the attempt runs again on fresh reads.
+    fn stale_copies(&self) -> CniError {
+        let networks: Vec<String> = self.state.borrow().copies.keys().cloned().collect();
+        for network in networks {
+            self.forget_copies(&network);
+        }
+        let mut state = self.state.borrow_mut();
+        state.conflicted = true;
+        state.figures.conflicts += 1;
+        conflict("a key the node had kept from an earlier call has changed since")
+    }
+
+    /// The compares that check every read of this attempt: each key at its revision
+    /// (absent: still absent), nothing under a listed prefix changed since the snapshot.
+    fn read_compares(&self) -> Vec<Compare> {
+        let state = self.state.borrow();
+        let mut compares = Vec::new();
+        for (key, (revision, _)) in &state.reads {
+            compares.push(match revision {
+                0 => Compare::version(key.clone(), CompareOp::Equal, 0),
+                r => Compare::mod_revision(key.clone(), CompareOp::Equal, *r),
+            });
+        }
+        if let Some(snapshot) = state.snapshot {
+            for prefix in &state.listed {
+                compares.push(
+                    Compare::mod_revision(prefix.clone(), CompareOp::Less, snapshot + 1)
+                        .with_prefix(),
+                );
+            }
+        }
+        compares
+    }
+
+    /// This node's usage row of `network` and its revision, and the other nodes'
+    /// rows summed: the row from the cache when `others` are not needed or the cache's
+    /// are under [`OTHERS_FRESH`] seconds old, else read.
+    fn usage_now(
+        &self,
+        network: &str,
+        others_needed: bool,
+        close_enough: &dyn Fn(SignedUsage) -> bool,
+    ) -> Result<(SignedUsage, i64, SignedUsage), CniError> {
+        let now = crate::health::unix_now();
+        let copies = {
+            let mut state = self.state.borrow_mut();
+            state
+                .copies
+                .entry(network.to_string())
+                .or_insert_with(|| self.cache.get(network))
+                .clone()
+        };
+        let parse = |text: &str| serde_json::from_str::<SignedUsage>(text).ok();
+        let own = copies
+            .own_row
+            .as_ref()
+            .and_then(|(text, rev)| Some((parse(text)?, *rev)));
+        let others = copies
+            .others
+            .as_ref()
+            .filter(|(_, at)| now >= *at && now - *at < OTHERS_FRESH)
+            .and_then(|(text, _)| parse(text));
+        match (own, others) {
+            (Some((mine, rev)), _) if !others_needed => {
+                return Ok((mine, rev, SignedUsage::default()));
+            }
+            (Some((mine, rev)), Some(others))
+                if close_enough(SignedUsage {
+                    entries: mine.entries + others.entries,
+                    bytes: mine.bytes + others.bytes,
+                    last: None,
+                }) =>
+            {
+                return Ok((mine, rev, others));
+            }
+            _ => {}
+        }
+        let rows = self.usage_rows(network)?;
+        let (total, mine, rev) = sum(&rows, &self.node);
+        let others = SignedUsage {
+            entries: total.entries - mine.entries,
+            bytes: total.bytes - mine.bytes,
+            last: None,
+        };
+        let row = |u: &SignedUsage| serde_json::to_string(u).expect("serialisable");
+        let mut state = self.state.borrow_mut();
+        let copies = state.copies.entry(network.to_string()).or_default();
+        copies.own_row = (rev != 0).then(|| (row(&mine), rev));
+        copies.others = Some((row(&others), now));
+        Ok((mine, rev, others))
     }
 
     /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
@@ -476,6 +663,16 @@ impl EtcdStore {
             })
             .collect()
     }
+}
+
+/// How a commit's transaction went.
+enum Applied {
+    /// Applied now, at this revision.
+    Now(i64),
+    /// Applied by an earlier send of it, whose answer was lost.
+    Before,
+    /// A compare failed: nothing was written.
+    Not,
 }
 
 /// One node's net change to a network's size; negative when it released more than
@@ -690,8 +887,44 @@ fn etcd_error(what: &str, endpoints: &str, e: etcd_client::Error) -> CniError {
 
 impl Store for EtcdStore {
     fn get(&self, network: &str, key: &str) -> Result<Option<Vec<u8>>, CniError> {
-        let kvs = self.guarded_read(self.entry_key(network, key), false)?;
-        Ok(kvs.first().map(|kv| kv.value().to_vec()))
+        let full = self.entry_key(network, key);
+        // What this attempt saw of the key already, from etcd or the cache.
+        let seen = self
+            .state
+            .borrow()
+            .read_keys
+            .get(network)
+            .and_then(|keys| keys.get(key).cloned());
+        if let Some(seen) = seen {
+            return Ok(seen.value());
+        }
+        let read_before = self.state.borrow().reads.contains_key(&full);
+        if !read_before && let Some(seen) = self.cached(network, key) {
+            let value = seen.value();
+            let mut state = self.state.borrow_mut();
+            let len = value.as_ref().map_or(0, |v| v.len() as u64);
+            state.reads.insert(full, (seen.revision, len));
+            state.from_cache = true;
+            state
+                .read_keys
+                .entry(network.to_string())
+                .or_default()
+                .insert(key.to_string(), seen);
+            return Ok(value);
+        }
+        let kvs = self.guarded_read(full, false)?;
+        let kv = kvs.first();
+        let seen = Seen::new(
+            kv.map_or(0, KeyValue::mod_revision),
+            kv.map(KeyValue::value),
+        );
+        self.state
+            .borrow_mut()
+            .read_keys
+            .entry(network.to_string())
+            .or_default()
+            .insert(key.to_string(), seen);
+        Ok(kv.map(|kv| kv.value().to_vec()))
     }
 
     fn visit_prefix(
@@ -768,18 +1001,16 @@ impl Store for EtcdStore {
         expired: &dyn Fn() -> bool,
     ) -> Result<Written, CniError> {
         if changes.is_empty() {
-            return Ok(Written::durable());
+            return self.confirm_reads().map(|()| Written::durable());
         }
         // Each changed key's size before, for the usage change; read (and so checked)
         // if the handler did not read it itself.
         for key in changes.keys() {
             let full = self.entry_key(network, key);
             if !self.state.borrow().reads.contains_key(&full) {
-                self.guarded_read(full, false)?;
+                self.get(network, key)?;
             }
         }
-        let rows = self.usage_rows(network)?;
-        let (total, mine, own_revision) = sum(&rows, &self.node);
         let mut delta = SignedUsage::default();
         {
             let state = self.state.borrow();
@@ -795,27 +1026,36 @@ impl Store for EtcdStore {
                 }
             }
         }
-        let after = SignedUsage {
-            entries: total.entries + delta.entries,
-            bytes: total.bytes + delta.bytes,
-            last: None,
+        // The quota needs the other nodes' rows only for a commit that grows the
+        // network; the rows as read within OTHERS_FRESH stand in while the network
+        // stays under half its quota.
+        let growing = delta.entries > 0 || delta.bytes > 0;
+        let under_half = |total: SignedUsage| {
+            let after: Usage = SignedUsage {
+                entries: total.entries + delta.entries,
+                bytes: total.bytes + delta.bytes,
+                last: None,
+            }
+            .into();
+            after.entries <= quota.entries / 2 && after.bytes <= quota.bytes / 2
         };
-        check_quota(network, total.into(), after.into(), quota)?;
+        let (mine, own_revision, others) = self.usage_now(network, growing, &under_half)?;
+        if growing {
+            let total = SignedUsage {
+                entries: others.entries + mine.entries,
+                bytes: others.bytes + mine.bytes,
+                last: None,
+            };
+            let after = SignedUsage {
+                entries: total.entries + delta.entries,
+                bytes: total.bytes + delta.bytes,
+                last: None,
+            };
+            check_quota(network, total.into(), after.into(), quota)?;
+        }
 
+        let mut compares = self.read_compares();
         let state = self.state.borrow();
-        let snapshot = state.snapshot.expect("fixed by the reads above");
-        let mut compares = Vec::new();
-        for (key, (revision, _)) in &state.reads {
-            compares.push(match revision {
-                0 => Compare::version(key.clone(), CompareOp::Equal, 0),
-                r => Compare::mod_revision(key.clone(), CompareOp::Equal, *r),
-            });
-        }
-        for prefix in &state.listed {
-            compares.push(
-                Compare::mod_revision(prefix.clone(), CompareOp::Less, snapshot + 1).with_prefix(),
-            );
-        }
         let own_key = [self.usage_prefix(network), self.node.as_bytes().to_vec()].concat();
         compares.push(match own_revision {
             0 => Compare::version(own_key.clone(), CompareOp::Equal, 0),
@@ -868,11 +1108,17 @@ impl Store for EtcdStore {
             return Err(too_late(changes));
         }
         let txn = Txn::new().when(compares).and_then(ops);
-        if !self.commit_txn(txn, own_key, own_revision, &own_row)? {
-            let mut state = self.state.borrow_mut();
-            state.conflicted = true;
-            state.figures.conflicts += 1;
-            return Err(conflict("a compare of the commit failed"));
+        match self.commit_txn(txn, own_key, own_revision, &own_row)? {
+            Applied::Now(revision) => self.keep_copies(network, changes, &mine, revision),
+            // Applied by a send whose answer was lost: the revisions are unknown.
+            Applied::Before => self.forget_copies(network),
+            Applied::Not => {
+                self.forget_copies(network);
+                let mut state = self.state.borrow_mut();
+                state.conflicted = true;
+                state.figures.conflicts += 1;
+                return Err(conflict("a compare of the commit failed"));
+            }
         }
         // etcd answers once a quorum has the commit on disk.
         Ok(Written::durable())
@@ -923,6 +1169,7 @@ impl Store for EtcdStore {
             let txn = txn.clone();
             async move { kv.txn(txn).await }
         })?;
+        self.forget_copies(network);
         Ok((held, Written::durable()))
     }
 
@@ -947,7 +1194,35 @@ impl Store for EtcdStore {
         state.snapshot = None;
         state.reads.clear();
         state.listed.clear();
+        state.read_keys.clear();
+        state.from_cache = false;
         state.conflicted = false;
+    }
+
+    /// A call that read a copy from the cache and commits nothing: one transaction of
+    /// compares alone checks every read, as a commit's would.
+    fn confirm_reads(&mut self) -> Result<(), CniError> {
+        if !self.state.borrow().from_cache {
+            return Ok(());
+        }
+        let txn = Txn::new().when(self.read_compares());
+        let answered = self.request("confirm", Resend::Always, |mut kv| {
+            let txn = txn.clone();
+            async move { kv.txn(txn).await }
+        })?;
+        if answered.value.succeeded() {
+            return Ok(());
+        }
+        let networks: Vec<String> = self.state.borrow().read_keys.keys().cloned().collect();
+        for network in networks {
+            self.forget_copies(&network);
+        }
+        let mut state = self.state.borrow_mut();
+        state.conflicted = true;
+        state.figures.conflicts += 1;
+        Err(conflict(
+            "a key the node had kept from an earlier call has changed since",
+        ))
     }
 
     fn etcd_figures(&self) -> Option<Figures> {
