@@ -843,3 +843,117 @@ fn cni_gc_releases_what_the_runtime_no_longer_runs_and_keeps_the_rest() {
     let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["store", "check"]);
     assert!(ok, "{stdout}{stderr}");
 }
+
+/// A network of more objects than one list answer holds (the store lists 500 a
+/// page): `store check` counts every entry of every page, and `forget` removes every
+/// object of every page.
+#[test]
+fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
+    let network = "k-pages";
+    let (nodes, mut confs) = cluster(network, 1, &json!({"cidr": "10.81.0.0/16"}));
+    // A short deadline and a faster rate than the default, so each forget below gets
+    // through a few hundred objects in a few seconds.
+    confs[0]["ipam"]["deadlineSeconds"] = json!(8);
+    confs[0]["ipam"]["store"]["qps"] = json!(25);
+    let conf_file = write_conf(&nodes[0], &confs[0]);
+    // A reservation is a group of its own (an operator's command started it): its
+    // object is the model of 700 more, written as the admin would.
+    let (ok, out, err) = operator_on(
+        &nodes[0],
+        &conf_file,
+        &["reserve", "10.81.0.0/28", "--note", "seed"],
+    );
+    assert!(ok, "{out}{err}");
+    let out = api().kubectl(&["get", "ipamshards", "-o", "json"]);
+    assert!(out.status.success());
+    let all: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ours: Vec<&Value> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["spec"]["network"] == network)
+        .collect();
+    let model = ours
+        .iter()
+        .find(|o| o["spec"]["group"].as_str().unwrap().starts_with("rsv/"))
+        .expect("the reservation's object");
+    let home = ours
+        .iter()
+        .find(|o| o["spec"]["role"] == "node")
+        .expect("the node's home");
+    let seeded = 700;
+    let mut items = Vec::new();
+    let mut bytes = 0;
+    for i in 0..seeded {
+        let key = format!("rsv/10.{}.{}.0/24", 100 + i / 256, i % 256);
+        let group = key.rsplit_once('/').unwrap().0.to_string();
+        let value = "{\"note\":\"seeded\"}";
+        bytes += key.len() + value.len();
+        items.push(json!({
+            "apiVersion": model["apiVersion"],
+            "kind": model["kind"],
+            "metadata": {"name": format!("k-pages.seed-{i}"), "labels": model["metadata"]["labels"]},
+            "spec": {"role": "entries", "network": network, "group": group, "size": 1,
+                     "entries": [{"key": key, "value": value}]},
+        }));
+    }
+    // The node's usage row counts them, as commits writing them would have.
+    let mut usage = home["spec"]["usage"].clone();
+    usage["entries"] = json!(usage["entries"].as_i64().unwrap() + seeded as i64);
+    usage["bytes"] = json!(usage["bytes"].as_i64().unwrap() + bytes as i64);
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let file = nodes[0].dir.path().join("seed.json");
+    std::fs::write(&file, list.to_string()).unwrap();
+    let out = api().kubectl(&["create", "-f", &file.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let patch = json!({"spec": {"usage": usage}});
+    let out = api().kubectl(&[
+        "patch",
+        "ipamshards",
+        home["metadata"]["name"].as_str().unwrap(),
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(objects(network).len() > 700);
+
+    // check reads every page: the entries it counts agree with the usage rows.
+    let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+    let held = entries(network).len();
+    assert!(held > seeded, "{held}");
+    // forget lists the network's objects page by page and removes them all, one
+    // request each: at 25 a second after a burst of 100, about 300 fit one command's
+    // 8 s, and the command says how far it got and to run it again.
+    let mut runs = Vec::new();
+    loop {
+        let (ok, stdout, stderr) = operator_on(&nodes[0], &conf_file, &["forget", network]);
+        runs.push(ok);
+        if ok {
+            assert!(
+                stdout.starts_with(&format!("forgot network {network}")),
+                "{stdout}"
+            );
+            break;
+        }
+        let said = format!("objects of network {network:?}");
+        assert!(
+            stderr.contains("code 11")
+                && stderr.contains(&said)
+                && stderr.contains("run the same command again to remove the rest"),
+            "{stderr}"
+        );
+        assert!(runs.len() < 6, "{runs:?}");
+    }
+    eprintln!("forget of {held} entries in {} runs", runs.len());
+    assert!(
+        runs.len() >= 2,
+        "a removal cut short was run again: {runs:?}"
+    );
+    assert!(objects(network).is_empty(), "every page removed");
+}

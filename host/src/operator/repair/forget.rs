@@ -101,12 +101,17 @@ fn forget_if_empty(
         .map_err(|e| cannot_tell(e.to_string()))?;
     let work = Question::Allocations(asked.context());
     // Set when the module answered that the network holds allocations: the run's
-    // error is then that refusal, and any other error means nobody could tell.
+    // error is then that refusal; and when it answered none: the error is then the
+    // removal's own. Any other error means nobody could tell.
     let held = std::cell::Cell::new(0);
+    let empty = std::cell::Cell::new(false);
     asked
         .run("forget", &mut Vec::new(), |session| {
             match session.ask(work.clone(), Writes::ReadOnly)? {
-                Answer::Allocations(list) if list.is_empty() => session.forget_network(),
+                Answer::Allocations(list) if list.is_empty() => {
+                    empty.set(true);
+                    session.forget_network()
+                }
                 Answer::Allocations(list) => {
                     held.set(list.len());
                     Err(CniError::new(
@@ -123,8 +128,8 @@ fn forget_if_empty(
                 )),
             }
         })
-        .map_err(|e| match held.get() {
-            0 => cannot_tell(e.to_string()),
+        .map_err(|e| match (held.get(), empty.get()) {
+            (0, false) => cannot_tell(e.to_string()),
             _ => e,
         })
 }

@@ -1239,21 +1239,39 @@ impl Store for KubernetesStore {
             .collect())
     }
 
+    /// One delete per object, the groups' objects first and the homes (which hold the
+    /// usage rows and the record of the serving module) last, so a removal cut short
+    /// (the rate limiter's budget spent) leaves what the same command, run again,
+    /// needs to finish it.
     fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {
         let selector = objects::select_network(network);
-        let mut held = 0;
-        for shard in self.api.list(&selector)? {
-            if shard.spec.network != network {
-                continue;
-            }
-            held += shard.spec.entries.len() as u64;
-            match self.api.delete(&shard.metadata.name, &shard.rv()) {
-                Ok(()) | Err(WriteFailure::Conflict) => {}
-                Err(WriteFailure::Unknown(e) | WriteFailure::Failed(e)) => return Err(e),
-            }
-        }
+        let mut shards: Vec<Shard> = self
+            .api
+            .list(&selector)?
+            .into_iter()
+            .filter(|s| s.spec.network == network)
+            .collect();
+        shards.sort_by_key(|s| s.spec.role == Role::Node);
         self.homes
             .update(network, |cached| *cached = homes::Cached::default());
+        let total = shards.len();
+        let mut held = 0;
+        for (done, shard) in shards.into_iter().enumerate() {
+            let failed = match self.api.delete(&shard.metadata.name, &shard.rv()) {
+                Ok(()) | Err(WriteFailure::Conflict) => None,
+                Err(WriteFailure::Unknown(e) | WriteFailure::Failed(e)) => Some(e),
+            };
+            if let Some(e) = failed {
+                return Err(CniError::new(
+                    e.code,
+                    format!(
+                        "kubernetes: removed {done} of the {total} objects of network {network:?}, then: {}; run the same command again to remove the rest",
+                        e.msg
+                    ),
+                ));
+            }
+            held += shard.spec.entries.len() as u64;
+        }
         Ok((held, Written::durable()))
     }
 
