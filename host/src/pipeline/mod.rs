@@ -367,6 +367,13 @@ fn attempts<T>(
             .store
             .take()
             .expect("a session gives its store back");
+        // An error decided from a node-local copy (see `Store::confirm_reads`) is
+        // confirmed as an answer is: a copy found stale runs the call again. Not after
+        // a request the store left unanswered: that one already took its time.
+        let unanswered = matches!(store.seen(), StoreSeen::Unreached(_));
+        if result.is_err() && !store.conflicted() && !unanswered {
+            let _ = store.confirm_reads();
+        }
         let log = std::mem::take(&mut session.log);
         if result.is_err() && store.conflicted() && !deadline.expired() {
             // Run again on a fresh snapshot: this attempt's messages go with its writes.
