@@ -9,6 +9,7 @@
 //! has one writer at a time.
 
 pub mod etcd;
+mod kept;
 pub mod kubernetes;
 mod legacy;
 mod rate;

@@ -6,13 +6,13 @@
 //! commits nothing but read from here confirms its reads with one transaction of
 //! compares alone.
 //!
-//! Only a cache: a missing, torn or foreign file is read as empty, and it is written
-//! without a disk sync (a copy lost in a crash costs a read).
+//! Only a cache ([`Kept`]).
 
+use crate::store::kept::Kept;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The cache's file in `dataDir`.
 pub const CACHE_FILE: &str = "etcd-cache";
@@ -60,60 +60,24 @@ pub struct Network {
     pub others: Option<(String, u64)>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct File {
-    /// Which etcd (its endpoints and prefix) the copies are of.
-    store: String,
-    networks: BTreeMap<String, Network>,
-}
-
-pub struct Cache {
-    path: PathBuf,
-    store: String,
-}
+pub struct Cache(Kept<Network>);
 
 impl Cache {
     pub fn new(data_dir: &Path, store: &str) -> Self {
-        Cache {
-            path: data_dir.join(CACHE_FILE),
-            store: store.to_string(),
-        }
-    }
-
-    fn read(&self) -> File {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<File>(&bytes).ok())
-            .filter(|file| file.store == self.store)
-            .unwrap_or_else(|| File {
-                store: self.store.clone(),
-                networks: BTreeMap::new(),
-            })
+        Cache(Kept::new(data_dir, CACHE_FILE, store))
     }
 
     pub fn get(&self, network: &str) -> Network {
-        self.read().networks.remove(network).unwrap_or_default()
+        self.0.get(network)
     }
 
-    /// Replaces `network`'s copies; a failure to write only costs the next call reads.
+    /// Replaces `network`'s copies (all dropped past [`MAX_KEYS`]).
     pub fn put(&self, network: &str, mut copies: Network) {
         if copies.keys.len() > MAX_KEYS {
             copies.keys.clear();
         }
-        let mut file = self.read();
-        match copies.keys.is_empty() && copies.own_row.is_none() && copies.others.is_none() {
-            true => file.networks.remove(network),
-            false => file.networks.insert(network.to_string(), copies),
-        };
-        let bytes = serde_json::to_vec(&file).expect("serialisable");
-        let tmp = self
-            .path
-            .with_extension(format!("tmp.{}", std::process::id()));
-        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            tracing::debug!(target: "store", "etcd: cannot keep the node's copies in {}: {e}", self.path.display());
-        }
+        let empty = copies.keys.is_empty() && copies.own_row.is_none() && copies.others.is_none();
+        self.0.put(network, (!empty).then_some(copies));
     }
 }
 

@@ -4,13 +4,12 @@
 //! changed it meanwhile (a 409 makes the call read it afresh and run again). Beside
 //! each home, the other nodes' usage as last listed, for the quota check.
 //!
-//! Only a cache: a missing, torn or foreign file is read as empty, and it is written
-//! without a disk sync (a copy lost in a crash costs one read).
+//! Only a cache ([`Kept`]).
 
 use super::objects::{NodeUsage, Shard};
+use crate::store::kept::Kept;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The cache's file in `dataDir`.
 pub const HOMES_FILE: &str = "kubernetes-homes";
@@ -26,58 +25,23 @@ pub struct Cached {
     pub others: Option<(NodeUsage, u64)>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct File {
-    /// Which apiserver the homes are from: another's are no use.
-    server: String,
-    networks: BTreeMap<String, Cached>,
-}
-
-pub struct Homes {
-    path: PathBuf,
-    server: String,
-}
+pub struct Homes(Kept<Cached>);
 
 impl Homes {
     pub fn new(data_dir: &Path, server: &str) -> Self {
-        Homes {
-            path: data_dir.join(HOMES_FILE),
-            server: server.to_string(),
-        }
-    }
-
-    fn read(&self) -> File {
-        std::fs::read(&self.path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<File>(&bytes).ok())
-            .filter(|file| file.server == self.server)
-            .unwrap_or_else(|| File {
-                server: self.server.clone(),
-                networks: BTreeMap::new(),
-            })
+        Homes(Kept::new(data_dir, HOMES_FILE, server))
     }
 
     pub fn get(&self, network: &str) -> Cached {
-        self.read().networks.remove(network).unwrap_or_default()
+        self.0.get(network)
     }
 
-    /// Changes `network`'s entry; a failure to write only costs the next call a read.
+    /// Changes `network`'s entry.
     pub fn update(&self, network: &str, change: impl FnOnce(&mut Cached)) {
-        let mut file = self.read();
-        let entry = file.networks.entry(network.to_string()).or_default();
-        change(entry);
-        if entry.home.is_none() && entry.others.is_none() {
-            file.networks.remove(network);
-        }
-        let bytes = serde_json::to_vec(&file).expect("serialisable");
-        let tmp = self
-            .path
-            .with_extension(format!("tmp.{}", std::process::id()));
-        let written = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            tracing::debug!(target: "store", "kubernetes: cannot cache the node's home in {}: {e}", self.path.display());
-        }
+        let mut cached = self.0.get(network);
+        change(&mut cached);
+        let empty = cached.home.is_none() && cached.others.is_none();
+        self.0.put(network, (!empty).then_some(cached));
     }
 }
 
