@@ -285,8 +285,9 @@ fn a_thousand_expired_sticky_holds_and_fifty_idle_blocks_fail_no_call_and_drain_
         .map(|l| l["etcd_requests"].as_u64().unwrap())
         .max()
         .unwrap();
+    // (Far more than a steady DEL's 2: it swept holds, a pod's record read each.)
     assert!(
-        most > MAX_TXN_OPS && most <= 16 + 2 * MAX_TXN_OPS,
+        most > 16 && most <= 16 + 2 * MAX_TXN_OPS,
         "the busiest DEL made {most} requests"
     );
 }

@@ -1122,12 +1122,7 @@ impl IpamModule for ClusterPool {
         if !released.is_empty() {
             readiness::degraded(&[]);
         }
-        // The blocks the release read: upkeep looks at them in that read.
-        let read: Vec<IpNet> = released
-            .iter()
-            .filter_map(|ip| conf.range_of(*ip).and_then(|r| r.block_of(*ip)))
-            .collect();
-        call.upkeep(upkeep::start_for(request.container_id(), now), &read)
+        call.upkeep(upkeep::start_for(request.container_id(), now))
     }
 
     fn check(request: &Request, store: &impl Store) -> Result<(), Error> {
@@ -1180,7 +1175,7 @@ impl IpamModule for ClusterPool {
             released.extend(call.release_attachment(&id, &ifname)?);
         }
         call.account(&released)?;
-        call.upkeep(upkeep::start_for("", now), &[])
+        call.upkeep(upkeep::start_for("", now))
     }
 
     /// Releases everything of `node`, a node removed from the cluster: its attachments

@@ -5,9 +5,10 @@
 //! `--max-txn-ops`). A call never fails on a backlog: what does not fit is left to
 //! the next calls, which start looking elsewhere among the node's blocks.
 //!
-//! Which blocks have work is peeked (a request each, no key of the commit), so keys
-//! go only to blocks with work; a block the call has read already (a DEL's, whose
-//! address it released) is looked at in that read, which costs nothing more. What each piece costs in the transaction, counted as
+//! Which blocks have work is read from each of the node's blocks (a key of the
+//! commit each: a cluster store keeps the node's own blocks from its earlier calls, so
+//! these reads cost no request, and only another node's write to one of them, a
+//! borrow, makes the call run again). What each piece costs in the transaction, counted as
 //! the store counts it (a key read and written once):
 //! - a block with work: its record (read again, checked, and written back);
 //! - an expired hold that names its pod: the pod's `sticky/` record (and its other
@@ -20,8 +21,7 @@ use ipnet::IpNet;
 use std::net::IpAddr;
 use wasm_ipam_guest::{Error, Store};
 
-/// The most of its blocks a node peeks at in one call: each is a request to a shared
-/// store.
+/// The most of its blocks a node looks at in one call: each is a key of its commit.
 pub const BLOCKS_PER_CALL: usize = 16;
 /// Keys an attachment's release may touch: its record, a block per family, and its
 /// pod's `sticky/` record.
@@ -57,8 +57,8 @@ impl<S: Store> Call<'_, S> {
 
     /// This node's upkeep, the last work of a DEL or GC: sweeps and frees among at
     /// most [`BLOCKS_PER_CALL`] of its blocks, from the `start`-th on, within the
-    /// room the call's own work left. `known` are blocks the call has read already.
-    pub fn upkeep(&mut self, start: usize, known: &[IpNet]) -> Result<(), Error> {
+    /// room the call's own work left.
+    pub fn upkeep(&mut self, start: usize) -> Result<(), Error> {
         let ranges: Vec<Range> = self.conf.ranges().cloned().collect();
         let mut mine: Vec<(Range, IpNet)> = Vec::new();
         for range in ranges {
@@ -73,13 +73,6 @@ impl<S: Store> Call<'_, S> {
             }
             let (range, block_net) = &mine[(start + i) % count];
             let key = block_key(*block_net);
-            let looked = match known.contains(block_net) {
-                true => read::<Block>(self.store, &key)?,
-                false => self.peek_block(&key)?,
-            };
-            if !looked.is_some_and(|b| self.has_work(&b)) {
-                continue;
-            }
             let Some(mut block) = read::<Block>(self.store, &key)? else {
                 continue;
             };
@@ -109,16 +102,6 @@ impl<S: Store> Call<'_, S> {
             && block
                 .empty_since
                 .is_some_and(|t| self.now >= t.saturating_add(self.conf.grace))
-    }
-
-    /// The record under exactly `key`, peeked: not a key of the commit.
-    fn peek_block(&self, key: &str) -> Result<Option<Block>, Error> {
-        self.store
-            .peek(key)
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(k, v)| crate::decode(&k, &v))
-            .transpose()
     }
 
     /// Drops `block`'s expired sticky holds, and each pod's record if that has run
