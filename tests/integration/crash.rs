@@ -45,7 +45,10 @@ fn warm(module: &Path, ipam: Value) {
 fn a_first_call_killed_while_creating_the_store_leaves_none_and_the_next_call_works() {
     let ipam = json!({"subnet": "10.2.0.0/24"});
     warm(&host_local_module(), ipam.clone());
-    let database = |node: &Node| node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let database = |node: &Node| {
+        node.data_dir()
+            .join(wasm_ipam::store::sqlite::DATABASE_FILE)
+    };
     // At the temporary database's fsync, and at its rename into place.
     for syscalls in ["fsync", "rename,renameat,renameat2"] {
         let node = Node::new();
@@ -55,7 +58,7 @@ fn a_first_call_killed_while_creating_the_store_leaves_none_and_the_next_call_wo
         assert!(!database(&node).exists(), "{syscalls}: a store appeared");
         let temporary = node
             .data_dir()
-            .join(format!("{}.new", wasm_ipam::store::DATABASE_FILE));
+            .join(format!("{}.new", wasm_ipam::store::sqlite::DATABASE_FILE));
         assert!(
             temporary.exists(),
             "{syscalls}: the kill missed the store's creation"
@@ -305,7 +308,9 @@ call ADD c2 add-c2
     assert!(json["code"].as_u64().is_some(), "no CNI error JSON: {json}");
     let listed = std::fs::read_to_string(out.join("data-full")).unwrap();
     assert!(
-        !listed.lines().any(|l| l == wasm_ipam::store::DATABASE_FILE),
+        !listed
+            .lines()
+            .any(|l| l == wasm_ipam::store::sqlite::DATABASE_FILE),
         "a store was left on the full disk: {listed}"
     );
     let (rc, json) = outcome(&out, "add");

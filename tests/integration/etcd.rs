@@ -1005,7 +1005,9 @@ fn store_commands_and_forget_work_on_the_cluster_store_a_netconf_names(store: &C
         );
     }
     assert!(
-        !a.data_dir().join(wasm_ipam::store::DATABASE_FILE).exists(),
+        !a.data_dir()
+            .join(wasm_ipam::store::sqlite::DATABASE_FILE)
+            .exists(),
         "no embedded store made on the node"
     );
 }

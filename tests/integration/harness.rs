@@ -241,12 +241,14 @@ impl Node {
     pub fn store_entries(&self, network: &str) -> Vec<(String, String)> {
         if !self
             .data_dir()
-            .join(wasm_ipam::store::DATABASE_FILE)
+            .join(wasm_ipam::store::sqlite::DATABASE_FILE)
             .exists()
         {
             return Vec::new();
         }
-        let store = wasm_ipam::store::open(&self.data_dir(), std::time::Duration::ZERO).unwrap();
+        let store =
+            wasm_ipam::store::select::open_embedded(&self.data_dir(), std::time::Duration::ZERO)
+                .unwrap();
         store
             .list(network, "")
             .unwrap()

@@ -236,7 +236,9 @@ fn symlinks_are_never_followed() {
     let node = Node::new();
     let conf_ = self::conf(&node);
     Call::new("ADD", "c1").run(&conf_).assert_ok();
-    let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let store = node
+        .data_dir()
+        .join(wasm_ipam::store::sqlite::DATABASE_FILE);
     let moved = node.dir.path().join("moved.sqlite");
     std::fs::rename(&store, &moved).unwrap();
     std::os::unix::fs::symlink(&moved, &store).unwrap();

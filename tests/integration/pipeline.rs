@@ -44,7 +44,9 @@ enum Event {
 /// The trace as lock grants and releases, store opens and syncs of the store's log.
 fn events(lines: &[String], node: &Node) -> Vec<Event> {
     let lock = format!("<{}>", node.lock_file().display());
-    let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let store = node
+        .data_dir()
+        .join(wasm_ipam::store::sqlite::DATABASE_FILE);
     let wal = format!("<{}-wal>", store.display());
     let store = format!("\"{}\"", store.display());
     lines

@@ -104,7 +104,9 @@ fn status_fails_for_this_node_s_own_faults() {
     assert_eq!(Call::new("STATUS", "").run(&no_lock).error_code(), 50);
 
     // The store overwritten: damaged, and STATUS says so without opening it.
-    let db = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let db = node
+        .data_dir()
+        .join(wasm_ipam::store::sqlite::DATABASE_FILE);
     let mut bytes = std::fs::read(&db).unwrap();
     bytes[..16].copy_from_slice(b"not a store here");
     std::fs::write(&db, bytes).unwrap();

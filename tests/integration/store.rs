@@ -48,7 +48,9 @@ fn an_emptied_store_is_refused_with_cni_error_json_and_left_as_it_is() {
     let node = Node::new();
     let conf = conf(&node);
     Call::new("ADD", "c1").run(&conf).assert_ok();
-    let store = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let store = node
+        .data_dir()
+        .join(wasm_ipam::store::sqlite::DATABASE_FILE);
     std::fs::write(&store, b"").unwrap();
     let log = node.data_dir().join("store.sqlite-wal");
     let _ = std::fs::remove_file(&log);
@@ -95,7 +97,9 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
     // Restored, the whole store is in the database file (no log to replay), so a
     // damaged page of it is one the next call reads.
     restore();
-    let database = node.data_dir().join(wasm_ipam::store::DATABASE_FILE);
+    let database = node
+        .data_dir()
+        .join(wasm_ipam::store::sqlite::DATABASE_FILE);
     let pages = std::fs::metadata(&database).unwrap().len() / 4096;
     assert!(pages >= 3, "{pages} pages");
     for page in 0..pages {
@@ -242,7 +246,7 @@ fn reading_where_there_is_no_store_creates_none_and_names_the_path_and_the_flag(
             let (ok, stdout, stderr) = operator_output(&args);
             let wanted = format!(
                 "no store at {}",
-                dir.join(wasm_ipam::store::DATABASE_FILE).display()
+                dir.join(wasm_ipam::store::sqlite::DATABASE_FILE).display()
             );
             assert!(
                 !ok && stderr.contains("code 7")

@@ -67,7 +67,7 @@ mod sqlite {
     use wasm_ipam::store::{self, Quota};
 
     pub fn call(dir: &Path, network: &str, read: &str, changes: &Changes) -> Result<(), Error> {
-        let mut store = store::open(dir, std::time::Duration::ZERO)?;
+        let mut store = store::select::open_embedded(dir, std::time::Duration::ZERO)?;
         // What the module reads before it stages its changes.
         store.usage(network)?;
         store.get(network, read)?;

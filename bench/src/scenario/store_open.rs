@@ -43,7 +43,7 @@ fn us(ms: f64) -> String {
 }
 
 fn log_len(data: &Path) -> io::Result<u64> {
-    let mut name = store::DATABASE_FILE.to_string();
+    let mut name = store::sqlite::DATABASE_FILE.to_string();
     name.push_str("-wal");
     Ok(std::fs::metadata(data.join(name))?.len())
 }
@@ -53,7 +53,7 @@ fn opens(data: &Path, times: usize) -> io::Result<Vec<f64>> {
     (0..times)
         .map(|_| {
             let started = Instant::now();
-            let store = store::open(data, Duration::ZERO).map_err(io::Error::other)?;
+            let store = store::select::open_embedded(data, Duration::ZERO).map_err(io::Error::other)?;
             let took = started.elapsed();
             drop(store);
             Ok(took.as_secs_f64() * 1000.0)
@@ -64,7 +64,7 @@ fn opens(data: &Path, times: usize) -> io::Result<Vec<f64>> {
 /// One commit as a call makes it: written under the lock (its ms), then synced after
 /// the release (its ms).
 fn commit(data: &Path, commit: usize) -> io::Result<(f64, f64)> {
-    let mut store = store::open(data, Duration::ZERO).map_err(io::Error::other)?;
+    let mut store = store::select::open_embedded(data, Duration::ZERO).map_err(io::Error::other)?;
     let started = Instant::now();
     let written = store
         .commit_written(NETWORK, &changes(commit), Quota::UNLIMITED, &|| false)

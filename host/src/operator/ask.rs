@@ -50,7 +50,7 @@ impl StoreAndLock {
         f: impl FnOnce(&mut dyn store::Store) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
         let _lock = lock::acquire(&self.lock_file, Some(self.lock_timeout))?;
-        let mut store = store::open_with(
+        let mut store = store::select::open(
             &self.store,
             &self.data_dir,
             &self.node,
@@ -133,7 +133,7 @@ impl NetworkToAsk {
         if !self.shared() {
             return Ok(Vec::new());
         }
-        let last = self.open_unlocked()?.last_commits(&self.network)?;
+        let last = store::last_commits(self.open_unlocked()?.as_ref(), &self.network)?;
         Ok(last.into_iter().map(|(node, _)| node).collect())
     }
 
@@ -141,7 +141,7 @@ impl NetworkToAsk {
     /// the module's entries, which need no consistent view with them.
     fn open_unlocked(&self) -> Result<Box<dyn store::Store>, CniError> {
         let ipam = &self.settings.ipam;
-        store::open_with(
+        store::select::open(
             &ipam.store,
             &ipam.data_dir,
             &ipam.node_name(),

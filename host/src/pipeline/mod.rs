@@ -128,7 +128,7 @@ pub fn run<T>(
 ) -> RunOutcome<T> {
     let ipam = &network.ipam;
     let open = |wait| {
-        store::open_with(
+        store::select::open(
             &ipam.store,
             &ipam.data_dir,
             &ipam.node_name(),
@@ -217,10 +217,12 @@ fn locked<T>(
         }
         None => {
             silence::take_heard();
-            // A runtime's call tells its store so (see `Store::serve_runtime`).
+            // A runtime's call tells its store so (see `Shared::serve_runtime`).
             let for_runtime = |wait| {
                 open(wait).map(|mut store| {
-                    store.serve_runtime();
+                    if let Some(shared) = store.shared_mut() {
+                        shared.serve_runtime();
+                    }
                     store
                 })
             };
@@ -367,26 +369,30 @@ fn attempts<T>(
             .store
             .take()
             .expect("a session gives its store back");
-        // An error decided from a node-local copy (see `Store::confirm_reads`) is
-        // confirmed as an answer is: a copy found stale runs the call again. Not after
-        // a request the store left unanswered: that one already took its time.
-        let unanswered = matches!(store.seen(), StoreSeen::Unreached(_));
-        if result.is_err() && !store.conflicted() && !unanswered {
-            let _ = store.confirm_reads();
-        }
         let log = std::mem::take(&mut session.log);
-        if result.is_err() && store.conflicted() && !deadline.expired() {
-            // Run again on a fresh snapshot: this attempt's messages go with its writes.
-            report.retries += 1;
-            store.begin();
-            continue;
+        if let (Err(_), Some(shared)) = (&result, store.shared_mut()) {
+            // An error decided from a node-local copy (see `Shared::confirm_reads`) is
+            // confirmed as an answer is: a copy found stale runs the call again. Not
+            // after a request the store left unanswered: that one already took its time.
+            let unanswered = matches!(shared.seen(), StoreSeen::Unreached(_));
+            if !shared.conflicted() && !unanswered {
+                let _ = shared.confirm_reads();
+            }
+            if shared.conflicted() && !deadline.expired() {
+                // Run again on a fresh snapshot: this attempt's messages go with its
+                // writes.
+                report.retries += 1;
+                shared.begin();
+                continue;
+            }
         }
         log.iter().for_each(GuestLine::emit);
         break result;
     };
-    report.etcd = store.etcd_figures();
-    report.kubernetes = store.kubernetes_figures();
-    report.learned.store = store.seen();
+    if let Some(shared) = store.shared() {
+        report.store = Some((shared.remote(), shared.figures()));
+        report.learned.store = shared.seen();
+    }
     result
 }
 
@@ -478,14 +484,17 @@ impl Session<'_> {
     /// which network namespace), as of this attempt.
     pub fn attachments(&self) -> Result<Vec<AttachmentRecord>, CniError> {
         let store = self.store.as_ref().expect("the session holds its store");
-        store.attachments(&self.network.name)
+        match store.local() {
+            Some(local) => local.attachments(&self.network.name),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// When each node last committed to the network, as of this attempt's snapshot
-    /// ([`store::Store::last_commits`]).
+    /// ([`store::last_commits`]).
     pub fn last_commits(&self) -> Result<Vec<(String, Option<u64>)>, CniError> {
         let store = self.store.as_ref().expect("the session holds its store");
-        store.last_commits(&self.network.name)
+        store::last_commits(store.as_ref(), &self.network.name)
     }
 
     /// Removes the network whole (its entries, usage and record) in one durable
@@ -506,8 +515,10 @@ impl Session<'_> {
             return Ok(written);
         }
         let Some((changes, attachment)) = self.staged.take() else {
+            // Nothing staged: the commit of no changes, which confirms the reads.
             let store = self.store.as_mut().expect("the session holds its store");
-            return store.confirm_reads().map(|()| Written::durable());
+            let quota = Quota::UNLIMITED;
+            return store.commit_written(&self.network.name, &Changes::new(), quota, &|| false);
         };
         let began = self.deadline.elapsed();
         let ipam = &self.network.ipam;
@@ -521,8 +532,8 @@ impl Session<'_> {
                 config: self.network.config.clone(),
             },
         );
-        if let Some(change) = attachment {
-            store.record_attachment(&self.network.name, change);
+        if let (Some(change), Some(local)) = (attachment, store.local_mut()) {
+            local.record_attachment(&self.network.name, change);
         }
         let quota = Quota {
             entries: ipam.limits.store_entries,

@@ -70,10 +70,8 @@ pub(super) struct GuestReport {
     pub log_dropped: u64,
     /// Attempts repeated after a conflict in a shared store.
     pub retries: u32,
-    /// What the run did with etcd, when the network's store is etcd.
-    pub etcd: Option<store::etcd::Figures>,
-    /// What the Kubernetes store did, when the store is the Kubernetes API.
-    pub kubernetes: Option<store::kubernetes::Figures>,
+    /// What the run asked of the network's store, when nodes share it.
+    pub store: Option<(store::Remote, store::Figures)>,
     /// Its commit filled the store's transaction ([`super::RunOutcome::full`]).
     pub full: bool,
     /// What the run learned for CNI STATUS ([`crate::health`]).
@@ -94,8 +92,12 @@ pub(super) fn log(
         .map(|t| ms(t.granted.duration_since(UNIX_EPOCH).unwrap_or_default()))
         .unwrap_or_default();
     let guest = &report.guest;
-    let etcd = guest.etcd.unwrap_or_default();
-    let kube = guest.kubernetes.unwrap_or_default();
+    // Each shared store's figures under names of its own, as the metrics read them.
+    let of = |remote| match guest.store {
+        Some((of, figures)) if of == remote => figures,
+        _ => store::Figures::default(),
+    };
+    let (etcd, kube) = (of(store::Remote::Etcd), of(store::Remote::Kubernetes));
     let level = level_of(error);
     let (outcome, error_code, error) = match error {
         None => ("ok", 0, String::new()),
@@ -130,11 +132,11 @@ pub(super) fn log(
                 commit_full = guest.full,
                 etcd_requests = etcd.requests,
                 etcd_conflicts = etcd.conflicts,
-                etcd_ms = ms(etcd.etcd_time),
+                etcd_ms = ms(etcd.time),
                 etcd_rate_wait_ms = ms(etcd.rate_wait),
                 kube_requests = kube.requests,
                 kube_conflicts = kube.conflicts,
-                kube_ms = ms(kube.api_time),
+                kube_ms = ms(kube.time),
                 kube_rate_wait_ms = ms(kube.rate_wait),
                 outcome,
                 error_code,

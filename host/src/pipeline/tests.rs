@@ -69,7 +69,7 @@ impl Node {
         let open = |wait: Duration| -> Result<Box<dyn store::Store>, CniError> {
             store.opened.lock().unwrap().push((Instant::now(), wait));
             Ok(Box::new(Wrapped {
-                inner: store::open(&data_dir, wait)?,
+                inner: store::select::open_embedded(&data_dir, wait)?,
                 wrapper: Arc::clone(store),
                 conflicts_left: store.conflicts,
                 conflicted: false,
@@ -91,7 +91,7 @@ impl Node {
 
     /// The network's entries in the embedded store, read as the next call would.
     fn entries(&self) -> Vec<(String, Vec<u8>)> {
-        let store = store::open(&self.network.ipam.data_dir, PATIENCE).unwrap();
+        let store = store::select::open_embedded(&self.network.ipam.data_dir, PATIENCE).unwrap();
         store.list("net", "").unwrap()
     }
 
@@ -222,6 +222,15 @@ impl store::Store for Wrapped {
         self.inner.entries(network)
     }
 
+    fn prepare<'a>(
+        &'a mut self,
+        network: &'a str,
+        changes: &'a Changes,
+    ) -> Result<Box<dyn store::commit::Prepared + 'a>, CniError> {
+        self.inner.prepare(network, changes)
+    }
+
+    /// The inner store's commit, after the conflicts and the lateness asked for.
     fn commit_written(
         &mut self,
         network: &str,
@@ -257,10 +266,6 @@ impl store::Store for Wrapped {
         self.inner.served_by()
     }
 
-    fn record_attachment(&mut self, network: &str, change: AttachmentChange) {
-        self.inner.record_attachment(network, change)
-    }
-
     fn forget(&mut self, network: &str) -> Result<(u64, Written), CniError> {
         self.inner.forget(network)
     }
@@ -277,13 +282,47 @@ impl store::Store for Wrapped {
         self.inner.backup(to)
     }
 
+    fn local(&self) -> Option<&dyn store::Local> {
+        self.inner.local()
+    }
+
+    fn local_mut(&mut self) -> Option<&mut dyn store::Local> {
+        self.inner.local_mut()
+    }
+
+    /// Shared as a cluster store is, for its conflicts.
+    fn shared(&self) -> Option<&dyn store::Shared> {
+        Some(self)
+    }
+
+    fn shared_mut(&mut self) -> Option<&mut dyn store::Shared> {
+        Some(self)
+    }
+}
+
+impl store::Shared for Wrapped {
+    fn last_commits(&self, _network: &str) -> Result<Vec<(String, Option<u64>)>, CniError> {
+        Ok(Vec::new())
+    }
+
     fn conflicted(&self) -> bool {
         self.conflicted
     }
 
     fn begin(&mut self) {
         self.wrapper.begins.fetch_add(1, Ordering::SeqCst);
-        self.inner.begin()
+    }
+
+    fn remote(&self) -> store::Remote {
+        store::Remote::Etcd
+    }
+
+    fn figures(&self) -> store::Figures {
+        store::Figures::default()
+    }
+
+    fn seen(&self) -> crate::health::StoreSeen {
+        crate::health::StoreSeen::Unknown
     }
 }
 
@@ -459,7 +498,7 @@ fn a_caller_gone_at_the_grant_runs_nothing() {
             .dir
             .path()
             .join("data")
-            .join(store::DATABASE_FILE)
+            .join(store::sqlite::DATABASE_FILE)
             .exists()
     );
 }

@@ -63,15 +63,15 @@ pub fn copy_into(data_dir: &Path, tx: &rusqlite::Transaction) -> Result<bool, Cn
     Ok(true)
 }
 
-/// Renames the migrated v0.1 store aside, once the new store is in place.
-pub fn retire(data_dir: &Path) -> Result<(), CniError> {
+/// Renames the migrated v0.1 store aside, once the new store (the file `into`) is in
+/// place.
+pub fn retire(data_dir: &Path, into: &str) -> Result<(), CniError> {
     std::fs::rename(data_dir.join(LEGACY_FILE), data_dir.join(RETIRED_FILE))
         .and_then(|()| sync_dir(data_dir))
         .map_err(|e| store_error("cannot rename the migrated v0.1 store aside", e))?;
     tracing::warn!(
         target: "store",
-        "migrated the v0.1 store {LEGACY_FILE} into {}; the old file is kept as {RETIRED_FILE}",
-        super::DATABASE_FILE
+        "migrated the v0.1 store {LEGACY_FILE} into {into}; the old file is kept as {RETIRED_FILE}"
     );
     Ok(())
 }
@@ -79,7 +79,8 @@ pub fn retire(data_dir: &Path) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Quota, open};
+    use crate::store::Quota;
+    use crate::store::select::open_embedded as open;
 
     #[test]
     fn a_v01_store_is_migrated_once_with_its_usage() {

@@ -25,9 +25,10 @@
 //! is a wasm-ipam store: an emptied or foreign file is refused, never re-created,
 //! since a store that lost its entries would hand out addresses still in use.
 
+use super::commit::{NodeUsage, Prepared, too_late};
 use super::{
-    AttachmentChange, AttachmentRecord, Changes, IfMissing, Quota, ServedBy, Store, Usage,
-    WRITES_PER_CLOCK_CHECK, Written, check_quota, entry_bytes, legacy, store_error, too_late,
+    AttachmentChange, AttachmentRecord, Changes, IfMissing, Local, Quota, ServedBy, Store, Usage,
+    Written, entry_bytes, legacy, store_error,
 };
 use crate::error::{CniError, code};
 use crate::files;
@@ -89,6 +90,8 @@ pub const CHECKPOINT_BYTES: u64 = 256 << 10;
 /// SQLite's page cache for one call, in KiB (a negative `cache_size` is KiB): a call
 /// touches few pages, and this bounds what a large store can make a call spend.
 const CACHE_KIB: i64 = 2048;
+/// How many entries a commit writes between looks at the clock.
+const WRITES_PER_CLOCK_CHECK: usize = 256;
 
 pub struct SqliteStore {
     conn: Connection,
@@ -427,7 +430,7 @@ fn create(data_dir: &Path, path: &Path) -> Result<(), CniError> {
     fs::rename(&temp, path).map_err(|e| creating(&e))?;
     files::sync_dir(data_dir).map_err(|e| creating(&e))?;
     if migrated {
-        legacy::retire(data_dir)?;
+        legacy::retire(data_dir, DATABASE_FILE)?;
     }
     Ok(())
 }
@@ -581,119 +584,47 @@ impl Store for SqliteStore {
         rows.collect::<Result<_, _>>().map_err(read)
     }
 
-    fn commit_written(
-        &mut self,
-        network: &str,
-        changes: &Changes,
-        quota: Quota,
-        expired: &dyn Fn() -> bool,
-    ) -> Result<Written, CniError> {
+    fn prepare<'a>(
+        &'a mut self,
+        network: &'a str,
+        changes: &'a Changes,
+    ) -> Result<Box<dyn Prepared + 'a>, CniError> {
         crate::test_hook::test_panic("store-commit");
-        if changes.is_empty() {
-            return Ok(Written::durable());
-        }
-        if expired() {
-            return Err(too_late(changes));
-        }
         let fail = sqlite_error("commit");
-        // Dropped without `commit()` (every early return below), it rolls back.
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
+        let store: &'a SqliteStore = self;
+        // One transaction from the first read of the commit to its write (dropped
+        // without `commit()`, on any early return, it rolls back).
+        let tx = rusqlite::Transaction::new_unchecked(&store.conn, TransactionBehavior::Immediate)
             .map_err(&fail)?;
         let before = SqliteStore::usage_in(&tx, network)?;
-        let mut after = before;
+        let mut delta = NodeUsage::default();
         {
             let mut old_len = tx
                 .prepare_cached("SELECT length(value) FROM entries WHERE network = ?1 AND key = ?2")
                 .map_err(&fail)?;
-            let mut upsert = tx
-                .prepare_cached(
-                    "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
-                )
-                .map_err(&fail)?;
-            let mut delete = tx
-                .prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")
-                .map_err(&fail)?;
-            for (i, (key, change)) in changes.iter().enumerate() {
-                if i.is_multiple_of(WRITES_PER_CLOCK_CHECK) && expired() {
-                    return Err(too_late(changes));
-                }
+            for (key, change) in changes {
                 let old: Option<i64> = old_len
                     .query_row([network, key], |r| r.get(0))
                     .optional()
                     .map_err(&fail)?;
-                if let Some(old) = old {
-                    after.entries -= 1;
-                    after.bytes -= key.len() as u64 + old as u64;
+                if let Some(len) = old {
+                    delta.entries -= 1;
+                    delta.bytes -= (key.len() as u64 + len as u64) as i64;
                 }
-                match change {
-                    Some(value) => {
-                        upsert
-                            .execute(params![network, key, value])
-                            .map_err(&fail)?;
-                        after.entries += 1;
-                        after.bytes += entry_bytes(key, value);
-                    }
-                    None if old.is_some() => {
-                        delete.execute([network, key]).map_err(&fail)?;
-                    }
-                    None => {}
+                if let Some(value) = change {
+                    delta.entries += 1;
+                    delta.bytes += entry_bytes(key, value) as i64;
                 }
             }
         }
-        check_quota(network, before, after, quota)?;
-        if let Some((of, record)) = self.served_by.as_ref().filter(|(of, _)| of == network) {
-            // Written only when it changed: the same bytes would still cost a page.
-            let stored: Option<String> = tx
-                .prepare_cached("SELECT record FROM served_by WHERE network = ?1")
-                .and_then(|mut s| s.query_row([of], |r| r.get(0)).optional())
-                .map_err(&fail)?;
-            if stored.as_ref() != Some(record) {
-                tx.prepare_cached(
-                    "INSERT INTO served_by (network, record) VALUES (?1, ?2)
-                     ON CONFLICT (network) DO UPDATE SET record = excluded.record",
-                )
-                .and_then(|mut s| s.execute([of, record]))
-                .map_err(&fail)?;
-            }
-        }
-        if let Some((_, change)) = self.attachment.as_ref().filter(|(of, _)| of == network) {
-            write_attachment(&tx, network, change).map_err(&fail)?;
-        }
-        tx.execute(
-            "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
-             ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
-            params![network, after.entries as i64, after.bytes as i64],
-        )
-        .map_err(&fail)?;
-        if expired() {
-            return Err(too_late(changes));
-        }
-        // The log, to sync this commit once the caller has let go of its locks; opened
-        // before the commit, so a failure to open it leaves nothing written.
-        let log = File::open(&self.log).map_err(|e| store_error("cannot open the log", e))?;
-        let log_len = |log: &File| log.metadata().map(|m| m.len()).ok();
-        let log_before = log_len(&log);
-        tx.commit().map_err(fail)?;
-        // Changes that change nothing (deleting what is not there) append no frame:
-        // nothing to sync. (The log only grows between folds, which truncate it.)
-        let log_after = log_len(&log);
-        if log_before.is_some() && log_after == log_before {
-            return Ok(Written::durable());
-        }
-        // A fold syncs the log before copying it, making this commit durable; one that
-        // fails (a full disk, say) only leaves the log longer for the next commit to
-        // fold, so it must not fail the call, which then syncs as usual.
-        match self.fold_log(log_after.unwrap_or(0)) {
-            Ok(true) => Ok(Written::durable()),
-            Ok(false) => Ok(Written(Some(log))),
-            Err(e) => {
-                tracing::warn!(target: "store", "{e}; the log is folded by a later commit");
-                Ok(Written(Some(log)))
-            }
-        }
+        Ok(Box::new(SqliteCommit {
+            store,
+            tx,
+            network,
+            changes,
+            before,
+            delta,
+        }))
     }
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
@@ -723,33 +654,6 @@ impl Store for SqliteStore {
 
     fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
         self.served_by = Some((network.to_string(), served_by.to_json()));
-    }
-
-    fn record_attachment(&mut self, network: &str, change: AttachmentChange) {
-        self.attachment = Some((network.to_string(), change));
-    }
-
-    fn attachments(&self, network: &str) -> Result<Vec<AttachmentRecord>, CniError> {
-        let read = sqlite_error("read");
-        let mut statement = self
-            .conn
-            .prepare_cached(
-                "SELECT container_id, ifname, node, netns, added FROM attachments
-                 WHERE network = ?1 ORDER BY container_id, ifname",
-            )
-            .map_err(&read)?;
-        let rows = statement
-            .query_map([network], |r| {
-                Ok(AttachmentRecord {
-                    container_id: r.get(0)?,
-                    ifname: r.get(1)?,
-                    node: r.get(2)?,
-                    netns: r.get(3)?,
-                    added: r.get::<_, i64>(4)?.max(0) as u64,
-                })
-            })
-            .map_err(&read)?;
-        rows.map(|row| row.map_err(&read)).collect()
     }
 
     fn served_by(&self) -> Result<super::Records, CniError> {
@@ -795,6 +699,149 @@ impl Store for SqliteStore {
         File::open(to)
             .and_then(|f| f.sync_all())
             .map_err(|e| failed(&e))
+    }
+
+    fn local(&self) -> Option<&dyn Local> {
+        Some(self)
+    }
+
+    fn local_mut(&mut self) -> Option<&mut dyn Local> {
+        Some(self)
+    }
+}
+
+impl Local for SqliteStore {
+    fn record_attachment(&mut self, network: &str, change: AttachmentChange) {
+        self.attachment = Some((network.to_string(), change));
+    }
+
+    fn attachments(&self, network: &str) -> Result<Vec<AttachmentRecord>, CniError> {
+        let read = sqlite_error("read");
+        let mut statement = self
+            .conn
+            .prepare_cached(
+                "SELECT container_id, ifname, node, netns, added FROM attachments
+                 WHERE network = ?1 ORDER BY container_id, ifname",
+            )
+            .map_err(&read)?;
+        let rows = statement
+            .query_map([network], |r| {
+                Ok(AttachmentRecord {
+                    container_id: r.get(0)?,
+                    ifname: r.get(1)?,
+                    node: r.get(2)?,
+                    netns: r.get(3)?,
+                    added: r.get::<_, i64>(4)?.max(0) as u64,
+                })
+            })
+            .map_err(&read)?;
+        rows.map(|row| row.map_err(&read)).collect()
+    }
+}
+
+/// A commit of the embedded store in its transaction, its size change read and
+/// nothing written yet.
+struct SqliteCommit<'a> {
+    store: &'a SqliteStore,
+    tx: rusqlite::Transaction<'a>,
+    network: &'a str,
+    changes: &'a Changes,
+    before: Usage,
+    delta: NodeUsage,
+}
+
+impl Prepared for SqliteCommit<'_> {
+    fn delta(&self) -> NodeUsage {
+        self.delta
+    }
+
+    /// The embedded store is the node's alone: its usage row is the network's.
+    fn usage_before(&mut self, _quota: Quota) -> Result<Usage, CniError> {
+        Ok(self.before)
+    }
+
+    fn write(self: Box<Self>, expired: &dyn Fn() -> bool) -> Result<Written, CniError> {
+        let SqliteCommit {
+            store,
+            tx,
+            network,
+            changes,
+            before,
+            delta,
+        } = *self;
+        let after: Usage = NodeUsage::from(before).plus(delta).into();
+        let fail = sqlite_error("commit");
+        {
+            let mut upsert = tx
+                .prepare_cached(
+                    "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
+                )
+                .map_err(&fail)?;
+            let mut delete = tx
+                .prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")
+                .map_err(&fail)?;
+            for (i, (key, change)) in changes.iter().enumerate() {
+                if i.is_multiple_of(WRITES_PER_CLOCK_CHECK) && expired() {
+                    return Err(too_late(changes.len()));
+                }
+                match change {
+                    Some(value) => upsert.execute(params![network, key, value]),
+                    None => delete.execute([network, key]),
+                }
+                .map_err(&fail)?;
+            }
+        }
+        if let Some((of, record)) = store.served_by.as_ref().filter(|(of, _)| of == network) {
+            // Written only when it changed: the same bytes would still cost a page.
+            let stored: Option<String> = tx
+                .prepare_cached("SELECT record FROM served_by WHERE network = ?1")
+                .and_then(|mut s| s.query_row([of], |r| r.get(0)).optional())
+                .map_err(&fail)?;
+            if stored.as_ref() != Some(record) {
+                tx.prepare_cached(
+                    "INSERT INTO served_by (network, record) VALUES (?1, ?2)
+                     ON CONFLICT (network) DO UPDATE SET record = excluded.record",
+                )
+                .and_then(|mut s| s.execute([of, record]))
+                .map_err(&fail)?;
+            }
+        }
+        if let Some((_, change)) = store.attachment.as_ref().filter(|(of, _)| of == network) {
+            write_attachment(&tx, network, change).map_err(&fail)?;
+        }
+        tx.execute(
+            "INSERT INTO usage (network, entries, bytes) VALUES (?1, ?2, ?3)
+             ON CONFLICT (network) DO UPDATE SET entries = excluded.entries, bytes = excluded.bytes",
+            params![network, after.entries as i64, after.bytes as i64],
+        )
+        .map_err(&fail)?;
+        if expired() {
+            return Err(too_late(changes.len()));
+        }
+        // The log, to sync this commit once the caller has let go of its locks; opened
+        // before the commit, so a failure to open it leaves nothing written.
+        let log = File::open(&store.log).map_err(|e| store_error("cannot open the log", e))?;
+        let log_len = |log: &File| log.metadata().map(|m| m.len()).ok();
+        let log_before = log_len(&log);
+        tx.commit().map_err(fail)?;
+        // Changes that change nothing (deleting what is not there) append no frame:
+        // nothing to sync. (The log only grows between folds, which truncate it.)
+        let log_after = log_len(&log);
+        if log_before.is_some() && log_after == log_before {
+            return Ok(Written::durable());
+        }
+        // A fold syncs the log before copying it, making this commit durable; one that
+        // fails (a full disk, say) only leaves the log longer for the next commit to
+        // fold, so it must not fail the call, which then syncs as usual.
+        match store.fold_log(log_after.unwrap_or(0)) {
+            Ok(true) => Ok(Written::durable()),
+            Ok(false) => Ok(Written(Some(log))),
+            Err(e) => {
+                tracing::warn!(target: "store", "{e}; the log is folded by a later commit");
+                Ok(Written(Some(log)))
+            }
+        }
     }
 }
 
@@ -1178,5 +1225,150 @@ mod tests {
                 && !names.iter().any(|n| n.ends_with("-shm")),
             "{names:?}"
         );
+    }
+
+    // The commit as every backend runs it (`super::commit::run`), on this one.
+
+    #[test]
+    fn commit_then_read_per_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(store.get("a", "k").unwrap(), None);
+        assert!(store.list("a", "").unwrap().is_empty());
+        let mut changes = Changes::new();
+        changes.insert("ip/10.0.0.2".into(), Some(b"c1".to_vec()));
+        changes.insert("ip/10.0.0.3".into(), Some(b"c2".to_vec()));
+        changes.insert("last".into(), Some(b"10.0.0.3".to_vec()));
+        store
+            .commit("a", &changes, Quota::UNLIMITED, &|| false)
+            .unwrap();
+        store
+            .commit("b", &put("ip/x", "other"), Quota::UNLIMITED, &|| false)
+            .unwrap();
+        assert_eq!(
+            store.get("a", "last").unwrap().as_deref(),
+            Some(&b"10.0.0.3"[..])
+        );
+        let listed: Vec<String> = store
+            .list("a", "ip/")
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(listed, ["ip/10.0.0.2", "ip/10.0.0.3"]);
+        store
+            .commit(
+                "a",
+                &Changes::from([("ip/10.0.0.2".into(), None)]),
+                Quota::UNLIMITED,
+                &|| false,
+            )
+            .unwrap();
+        assert_eq!(store.list("a", "ip/").unwrap().len(), 1);
+        assert_eq!(store.list("b", "").unwrap().len(), 1);
+        assert_eq!(store.entries(None).unwrap().len(), 3);
+        assert_eq!(store.entries(Some("b")).unwrap().len(), 1);
+        drop(store);
+        let reopened = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        assert_eq!(reopened.list("a", "").unwrap().len(), 2);
+    }
+
+    #[test]
+    fn prefixes_are_literal_and_networks_do_not_leak_into_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        for (net, key) in [
+            ("n", "a%b"),
+            ("n", "a_c"),
+            ("n", "axb"),
+            ("n2", "a%b"),
+            ("n", "a%"),
+        ] {
+            store
+                .commit(net, &put(key, "v"), Quota::UNLIMITED, &|| false)
+                .unwrap();
+        }
+        let keys = |prefix| -> Vec<String> {
+            store
+                .list("n", prefix)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(keys("a%"), ["a%", "a%b"]);
+        assert_eq!(keys("a_"), ["a_c"]);
+        assert_eq!(keys(""), ["a%", "a%b", "a_c", "axb"]);
+    }
+
+    #[test]
+    fn usage_follows_commits_and_quota_refuses_growth_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let quota = Quota {
+            entries: 2,
+            bytes: 1000,
+        };
+        store
+            .commit("n", &put("a", "12345"), quota, &|| false)
+            .unwrap();
+        store.commit("n", &put("b", "1"), quota, &|| false).unwrap();
+        assert_eq!(
+            store.usage("n").unwrap(),
+            Usage {
+                entries: 2,
+                bytes: 8
+            }
+        );
+        let err = store
+            .commit("n", &put("c", "1"), quota, &|| false)
+            .unwrap_err();
+        assert_eq!(err.code, code::STORE_QUOTA_EXCEEDED, "{err}");
+        assert!(err.msg.contains("storeQuotaEntries"), "{err}");
+        assert_eq!(store.get("n", "c").unwrap(), None, "nothing committed");
+        // Replacing a value in place is no growth in entries.
+        store.commit("n", &put("a", "x"), quota, &|| false).unwrap();
+        let small = Quota {
+            entries: 10,
+            bytes: 3,
+        };
+        let err = store
+            .commit("n", &put("d", "big"), small, &|| false)
+            .unwrap_err();
+        assert!(err.msg.contains("storeQuotaMiB"), "{err}");
+        // Over a lowered quota, releasing still works.
+        let tiny = Quota {
+            entries: 0,
+            bytes: 0,
+        };
+        store
+            .commit("n", &Changes::from([("a".into(), None)]), tiny, &|| false)
+            .unwrap();
+        assert_eq!(store.usage("n").unwrap().entries, 1);
+    }
+
+    #[test]
+    fn a_commit_past_its_deadline_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = SqliteStore::open(dir.path(), Duration::ZERO).unwrap();
+        let changes: Changes = (0..2000)
+            .map(|i| (format!("k{i:05}"), Some(vec![0u8; 8])))
+            .collect();
+        let looks = std::cell::Cell::new(0);
+        // The clock runs out after a few looks, i.e. midway through the writes.
+        let expired = || {
+            looks.set(looks.get() + 1);
+            looks.get() > 3
+        };
+        let err = store
+            .commit("n", &changes, Quota::UNLIMITED, &expired)
+            .unwrap_err();
+        assert_eq!(err.code, code::DEADLINE_EXCEEDED, "{err}");
+        assert!(store.list("n", "").unwrap().is_empty());
+        assert_eq!(store.usage("n").unwrap(), Usage::default());
+        let err = store
+            .commit("n", &changes, Quota::UNLIMITED, &|| true)
+            .unwrap_err();
+        assert_eq!(err.code, code::DEADLINE_EXCEEDED);
     }
 }

@@ -152,7 +152,7 @@ mod tests {
         let changes: Changes = (0..entries)
             .map(|i| (format!("ip/10.0.0.{i}"), Some(b"c1/eth0".to_vec())))
             .collect();
-        store::open(&place.data_dir, Duration::from_secs(30))
+        store::select::open_embedded(&place.data_dir, Duration::from_secs(30))
             .unwrap()
             .commit(network, &changes, Quota::UNLIMITED, &|| false)
             .unwrap();
@@ -172,7 +172,8 @@ mod tests {
             "{}",
             refused.msg
         );
-        let store = || store::open(&place.data_dir, Duration::from_secs(30)).unwrap();
+        let store =
+            || store::select::open_embedded(&place.data_dir, Duration::from_secs(30)).unwrap();
         assert_eq!(store().usage("old").unwrap().entries, 2, "kept");
 
         let said = forget(&place, "old", true).unwrap();

@@ -81,7 +81,7 @@ impl StoreCommand {
             } => {
                 let place = store.place_for(netconf.as_deref())?;
                 let kept = store.under_lock(&place, |wait| {
-                    store::restore(&place.store, &place.data_dir, &from, wait)
+                    store::select::restore(&place.store, &place.data_dir, &from, wait)
                 })?;
                 Ok(format!(
                     "restored {} from {}; the store it replaced, if any, is kept as {}\n",
@@ -128,7 +128,7 @@ mod tests {
         let data = dir.path().join("data");
         std::fs::create_dir(&data).unwrap();
         std::fs::write(
-            data.join(store::DATABASE_FILE),
+            data.join(store::sqlite::DATABASE_FILE),
             b"not a store at all, not sqlite",
         )
         .unwrap();

@@ -31,8 +31,9 @@
 
 mod cache;
 
+use super::commit::{NodeUsage, Prepared, others_may_stand_in, too_late};
 use super::{
-    Changes, Quota, Records, ServedBy, Store, Usage, Written, check_quota, entry_bytes, too_late,
+    Changes, Figures, Quota, Records, Remote, ServedBy, Shared, Store, Usage, Written,
     usage_problems,
 };
 use crate::config::EtcdConfig;
@@ -49,9 +50,6 @@ use std::ops::ControlFlow;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// How long (seconds) the other nodes' usage rows, as read, stand in for the quota
-/// check while a network is under half its quota.
-const OTHERS_FRESH: u64 = 30;
 /// The longest a connect to one member may take before the next member is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The pause before trying every member again once each has failed.
@@ -67,19 +65,6 @@ use cache::{Cache, Seen};
 
 /// The node's etcd rate limiter's state, in `dataDir`.
 pub const RATE_FILE: &str = "etcd-rate";
-
-/// What one call did with etcd, for its log line and the metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Figures {
-    /// Requests sent (reads and transactions).
-    pub requests: u64,
-    /// Commits refused because another writer changed what the call read.
-    pub conflicts: u64,
-    /// Time spent waiting for etcd's answers.
-    pub etcd_time: Duration,
-    /// Time spent waiting for the node's rate limiter.
-    pub rate_wait: Duration,
-}
 
 pub struct EtcdStore {
     /// Taken only by `drop`.
@@ -207,11 +192,6 @@ impl EtcdStore {
                 ..State::default()
             }),
         })
-    }
-
-    /// What this store did with etcd so far.
-    pub fn figures(&self) -> Figures {
-        self.state.borrow().figures
     }
 
     fn network_key(&self, network: &str) -> String {
@@ -366,7 +346,7 @@ impl EtcdStore {
         {
             let mut state = self.state.borrow_mut();
             state.figures.requests += 1;
-            state.figures.etcd_time += started.elapsed();
+            state.figures.time += started.elapsed();
             state.figures.rate_wait += waited;
         }
         match answer {
@@ -513,7 +493,7 @@ impl EtcdStore {
 
     /// After a commit applied at `revision`: the node keeps what the call read and
     /// wrote of `network`, and its usage row `mine`, for its next calls.
-    fn keep_copies(&self, network: &str, changes: &Changes, mine: &SignedUsage, revision: i64) {
+    fn keep_copies(&self, network: &str, changes: &Changes, mine: &NodeUsage, revision: i64) {
         let mut state = self.state.borrow_mut();
         let read = state.read_keys.remove(network).unwrap_or_default();
         let copies = state
@@ -528,7 +508,7 @@ impl EtcdStore {
             };
             copies.keys.insert(key.clone(), seen);
         }
-        let own = SignedUsage {
+        let own = NodeUsage {
             last: mine.last,
             ..*mine
         };
@@ -590,14 +570,14 @@ impl EtcdStore {
     }
 
     /// This node's usage row of `network` and its revision, and the other nodes'
-    /// rows summed: the row from the cache when `others` are not needed or the cache's
-    /// are under [`OTHERS_FRESH`] seconds old, else read.
+    /// rows summed (zero when `others` is `None`). The node's row comes from its
+    /// copy; the others' from theirs when `others` lets them stand in, given their age
+    /// and the network's size with them. Else both are read.
     fn usage_now(
         &self,
         network: &str,
-        others_needed: bool,
-        close_enough: &dyn Fn(SignedUsage) -> bool,
-    ) -> Result<(SignedUsage, i64, SignedUsage), CniError> {
+        others: Option<&dyn Fn(Option<u64>, NodeUsage) -> bool>,
+    ) -> Result<(NodeUsage, i64, NodeUsage), CniError> {
         let now = crate::health::unix_now();
         let copies = {
             let mut state = self.state.borrow_mut();
@@ -607,39 +587,32 @@ impl EtcdStore {
                 .or_insert_with(|| self.cache.get(network))
                 .clone()
         };
-        let parse = |text: &str| serde_json::from_str::<SignedUsage>(text).ok();
+        let parse = |text: &str| serde_json::from_str::<NodeUsage>(text).ok();
         let own = copies
             .own_row
             .as_ref()
             .and_then(|(text, rev)| Some((parse(text)?, *rev)));
-        let others = copies
+        let kept_others = copies
             .others
             .as_ref()
-            .filter(|(_, at)| now >= *at && now - *at < OTHERS_FRESH)
-            .and_then(|(text, _)| parse(text));
-        match (own, others) {
-            (Some((mine, rev)), _) if !others_needed => {
-                return Ok((mine, rev, SignedUsage::default()));
+            .and_then(|(text, at)| Some((parse(text)?, now.checked_sub(*at))));
+        if let Some((mine, rev)) = own {
+            match (others, kept_others) {
+                (None, _) => return Ok((mine, rev, NodeUsage::default())),
+                (Some(stand_in), Some((kept, age))) if stand_in(age, mine.plus(kept)) => {
+                    return Ok((mine, rev, kept));
+                }
+                _ => {}
             }
-            (Some((mine, rev)), Some(others))
-                if close_enough(SignedUsage {
-                    entries: mine.entries + others.entries,
-                    bytes: mine.bytes + others.bytes,
-                    last: None,
-                }) =>
-            {
-                return Ok((mine, rev, others));
-            }
-            _ => {}
         }
         let rows = self.usage_rows(network)?;
         let (total, mine, rev) = sum(&rows, &self.node);
-        let others = SignedUsage {
+        let others = NodeUsage {
             entries: total.entries - mine.entries,
             bytes: total.bytes - mine.bytes,
             last: None,
         };
-        let row = |u: &SignedUsage| serde_json::to_string(u).expect("serialisable");
+        let row = |u: &NodeUsage| serde_json::to_string(u).expect("serialisable");
         let mut state = self.state.borrow_mut();
         let copies = state.copies.entry(network.to_string()).or_default();
         copies.own_row = (rev != 0).then(|| (row(&mine), rev));
@@ -649,13 +622,13 @@ impl EtcdStore {
 
     /// The per-node usage rows of `network` at the snapshot (not guarded: the quota
     /// is checked against the sum as of the snapshot, see docs/cluster.md).
-    fn usage_rows(&self, network: &str) -> Result<Vec<(String, SignedUsage, i64)>, CniError> {
+    fn usage_rows(&self, network: &str) -> Result<Vec<(String, NodeUsage, i64)>, CniError> {
         let prefix = self.usage_prefix(network);
         let kvs = self.read("read usage", prefix.clone(), true)?;
         kvs.iter()
             .map(|kv| {
                 let node = String::from_utf8_lossy(&kv.key()[prefix.len()..]).into_owned();
-                let usage: SignedUsage = serde_json::from_slice(kv.value()).map_err(|e| {
+                let usage: NodeUsage = serde_json::from_slice(kv.value()).map_err(|e| {
                     CniError::new(code::STORE_FAILURE, "etcd: unreadable usage row")
                         .with_details(format!("{node}: {e}"))
                 })?;
@@ -675,34 +648,11 @@ enum Applied {
     Not,
 }
 
-/// One node's net change to a network's size; negative when it released more than
-/// it added (a DEL of another node's entries, `release-node`). The network's usage is
-/// the sum over nodes. Written by each of the node's commits, so it also records when
-/// the node last committed (`last`, Unix seconds by the node's clock), for
-/// `release-node` to refuse a node that is still calling; rows written before it
-/// was recorded have none.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
-struct SignedUsage {
-    entries: i64,
-    bytes: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    last: Option<u64>,
-}
-
-impl From<SignedUsage> for Usage {
-    fn from(u: SignedUsage) -> Usage {
-        Usage {
-            entries: u.entries.max(0) as u64,
-            bytes: u.bytes.max(0) as u64,
-        }
-    }
-}
-
 /// The network's usage (summed with each row's sign: a row is clamped only in the
 /// total), `own`'s row and its revision.
-fn sum(rows: &[(String, SignedUsage, i64)], own: &str) -> (SignedUsage, SignedUsage, i64) {
-    let mut total = SignedUsage::default();
-    let mut mine = SignedUsage::default();
+fn sum(rows: &[(String, NodeUsage, i64)], own: &str) -> (NodeUsage, NodeUsage, i64) {
+    let mut total = NodeUsage::default();
+    let mut mine = NodeUsage::default();
     let mut revision = 0;
     for (node, usage, rev) in rows {
         total.entries += usage.entries;
@@ -713,6 +663,113 @@ fn sum(rows: &[(String, SignedUsage, i64)], own: &str) -> (SignedUsage, SignedUs
         }
     }
     (total, mine, revision)
+}
+
+/// An etcd commit, its keys read and its size change known: one transaction that
+/// compares every read and writes every change with the node's usage row.
+struct EtcdCommit<'a> {
+    store: &'a EtcdStore,
+    network: &'a str,
+    changes: &'a Changes,
+    delta: NodeUsage,
+    /// The node's row, its revision and the other nodes' rows, once read.
+    usage: Option<(NodeUsage, i64, NodeUsage)>,
+}
+
+impl Prepared for EtcdCommit<'_> {
+    fn delta(&self) -> NodeUsage {
+        self.delta
+    }
+
+    fn usage_before(&mut self, quota: Quota) -> Result<Usage, CniError> {
+        let delta = self.delta;
+        let stand_in = |age, total: NodeUsage| others_may_stand_in(age, total.plus(delta), quota);
+        let (mine, revision, others) = self.store.usage_now(self.network, Some(&stand_in))?;
+        self.usage = Some((mine, revision, others));
+        Ok(mine.plus(others).into())
+    }
+
+    fn write(self: Box<Self>, expired: &dyn Fn() -> bool) -> Result<Written, CniError> {
+        let EtcdCommit {
+            store,
+            network,
+            changes,
+            delta,
+            usage,
+        } = *self;
+        let (mine, own_revision, _) = match usage {
+            Some(usage) => usage,
+            None => store.usage_now(network, None)?,
+        };
+        let mut compares = store.read_compares();
+        let state = store.state.borrow();
+        let own_key = [store.usage_prefix(network), store.node.as_bytes().to_vec()].concat();
+        compares.push(match own_revision {
+            0 => Compare::version(own_key.clone(), CompareOp::Equal, 0),
+            r => Compare::mod_revision(own_key.clone(), CompareOp::Equal, r),
+        });
+        let mut ops: Vec<TxnOp> = changes
+            .iter()
+            .map(|(key, change)| {
+                let full = store.entry_key(network, key);
+                match change {
+                    Some(value) => TxnOp::put(full, value.clone(), None),
+                    None => TxnOp::delete(full, None),
+                }
+            })
+            .collect();
+        let mine = NodeUsage {
+            entries: mine.entries + delta.entries,
+            bytes: mine.bytes + delta.bytes,
+            last: Some(crate::health::unix_now()),
+        };
+        let own_row = serde_json::to_vec(&mine).expect("serialisable");
+        ops.push(TxnOp::put(own_key.clone(), own_row.clone(), None));
+        if let Some((net, record)) = &state.served_by
+            && net == network
+        {
+            ops.push(TxnOp::put(
+                store.served_by_key(network),
+                serde_json::to_vec(record).expect("serialisable"),
+                None,
+            ));
+        }
+        let most = compares.len().max(ops.len());
+        if most > store.max_txn_ops {
+            return Err(CniError::new(
+                code::LIMIT_EXCEEDED,
+                format!(
+                    "etcd: this call's commit needs {most} compares or writes in one transaction, over ipam.store.maxTxnOps ({}, etcd's --max-txn-ops); nothing was committed",
+                    store.max_txn_ops
+                ),
+            )
+            .with_details(format!(
+                "{} keys read, {} prefixes listed, {} changes",
+                state.reads.len(),
+                state.listed.len(),
+                changes.len()
+            )));
+        }
+        drop(state);
+        if expired() {
+            return Err(too_late(changes.len()));
+        }
+        let txn = Txn::new().when(compares).and_then(ops);
+        match store.commit_txn(txn, own_key, own_revision, &own_row)? {
+            Applied::Now(revision) => store.keep_copies(network, changes, &mine, revision),
+            // Applied by a send whose answer was lost: the revisions are unknown.
+            Applied::Before => store.forget_copies(network),
+            Applied::Not => {
+                store.forget_copies(network);
+                let mut state = store.state.borrow_mut();
+                state.conflicted = true;
+                state.figures.conflicts += 1;
+                return Err(conflict("a compare of the commit failed"));
+            }
+        }
+        // etcd answers once a quorum has the commit on disk.
+        Ok(Written::durable())
+    }
 }
 
 impl Drop for EtcdStore {
@@ -993,16 +1050,11 @@ impl Store for EtcdStore {
         Ok(out)
     }
 
-    fn commit_written(
-        &mut self,
-        network: &str,
-        changes: &Changes,
-        quota: Quota,
-        expired: &dyn Fn() -> bool,
-    ) -> Result<Written, CniError> {
-        if changes.is_empty() {
-            return self.confirm_reads().map(|()| Written::durable());
-        }
+    fn prepare<'a>(
+        &'a mut self,
+        network: &'a str,
+        changes: &'a Changes,
+    ) -> Result<Box<dyn Prepared + 'a>, CniError> {
         // Each changed key's size before, for the usage change; read (and so checked)
         // if the handler did not read it itself.
         for key in changes.keys() {
@@ -1011,7 +1063,7 @@ impl Store for EtcdStore {
                 self.get(network, key)?;
             }
         }
-        let mut delta = SignedUsage::default();
+        let mut delta = NodeUsage::default();
         {
             let state = self.state.borrow();
             for (key, change) in changes {
@@ -1022,119 +1074,22 @@ impl Store for EtcdStore {
                 }
                 if let Some(value) = change {
                     delta.entries += 1;
-                    delta.bytes += entry_bytes(key, value) as i64;
+                    delta.bytes += super::entry_bytes(key, value) as i64;
                 }
             }
         }
-        // The quota needs the other nodes' rows only for a commit that grows the
-        // network; the rows as read within OTHERS_FRESH stand in while the network
-        // stays under half its quota.
-        let growing = delta.entries > 0 || delta.bytes > 0;
-        let under_half = |total: SignedUsage| {
-            let after: Usage = SignedUsage {
-                entries: total.entries + delta.entries,
-                bytes: total.bytes + delta.bytes,
-                last: None,
-            }
-            .into();
-            after.entries <= quota.entries / 2 && after.bytes <= quota.bytes / 2
-        };
-        let (mine, own_revision, others) = self.usage_now(network, growing, &under_half)?;
-        if growing {
-            let total = SignedUsage {
-                entries: others.entries + mine.entries,
-                bytes: others.bytes + mine.bytes,
-                last: None,
-            };
-            let after = SignedUsage {
-                entries: total.entries + delta.entries,
-                bytes: total.bytes + delta.bytes,
-                last: None,
-            };
-            check_quota(network, total.into(), after.into(), quota)?;
-        }
-
-        let mut compares = self.read_compares();
-        let state = self.state.borrow();
-        let own_key = [self.usage_prefix(network), self.node.as_bytes().to_vec()].concat();
-        compares.push(match own_revision {
-            0 => Compare::version(own_key.clone(), CompareOp::Equal, 0),
-            r => Compare::mod_revision(own_key.clone(), CompareOp::Equal, r),
-        });
-        let mut ops: Vec<TxnOp> = changes
-            .iter()
-            .map(|(key, change)| {
-                let full = self.entry_key(network, key);
-                match change {
-                    Some(value) => TxnOp::put(full, value.clone(), None),
-                    None => TxnOp::delete(full, None),
-                }
-            })
-            .collect();
-        let mine = SignedUsage {
-            entries: mine.entries + delta.entries,
-            bytes: mine.bytes + delta.bytes,
-            last: Some(crate::health::unix_now()),
-        };
-        let own_row = serde_json::to_vec(&mine).expect("serialisable");
-        ops.push(TxnOp::put(own_key.clone(), own_row.clone(), None));
-        if let Some((net, record)) = &state.served_by
-            && net == network
-        {
-            ops.push(TxnOp::put(
-                self.served_by_key(network),
-                serde_json::to_vec(record).expect("serialisable"),
-                None,
-            ));
-        }
-        let most = compares.len().max(ops.len());
-        if most > self.max_txn_ops {
-            return Err(CniError::new(
-                code::LIMIT_EXCEEDED,
-                format!(
-                    "etcd: this call's commit needs {most} compares or writes in one transaction, over ipam.store.maxTxnOps ({}, etcd's --max-txn-ops); nothing was committed",
-                    self.max_txn_ops
-                ),
-            )
-            .with_details(format!(
-                "{} keys read, {} prefixes listed, {} changes",
-                state.reads.len(),
-                state.listed.len(),
-                changes.len()
-            )));
-        }
-        drop(state);
-        if expired() {
-            return Err(too_late(changes));
-        }
-        let txn = Txn::new().when(compares).and_then(ops);
-        match self.commit_txn(txn, own_key, own_revision, &own_row)? {
-            Applied::Now(revision) => self.keep_copies(network, changes, &mine, revision),
-            // Applied by a send whose answer was lost: the revisions are unknown.
-            Applied::Before => self.forget_copies(network),
-            Applied::Not => {
-                self.forget_copies(network);
-                let mut state = self.state.borrow_mut();
-                state.conflicted = true;
-                state.figures.conflicts += 1;
-                return Err(conflict("a compare of the commit failed"));
-            }
-        }
-        // etcd answers once a quorum has the commit on disk.
-        Ok(Written::durable())
+        Ok(Box::new(EtcdCommit {
+            store: self,
+            network,
+            changes,
+            delta,
+            usage: None,
+        }))
     }
 
     fn usage(&self, network: &str) -> Result<Usage, CniError> {
         let rows = self.usage_rows(network)?;
         Ok(sum(&rows, "").0.into())
-    }
-
-    fn last_commits(&self, network: &str) -> Result<Vec<(String, Option<u64>)>, CniError> {
-        Ok(self
-            .usage_rows(network)?
-            .into_iter()
-            .map(|(node, usage, _)| (node, usage.last))
-            .collect())
     }
 
     fn record_served_by(&mut self, network: &str, served_by: &ServedBy) {
@@ -1185,6 +1140,24 @@ impl Store for EtcdStore {
         Err(kept_by_etcd(&self.endpoints, &self.prefix, "backup"))
     }
 
+    fn shared(&self) -> Option<&dyn Shared> {
+        Some(self)
+    }
+
+    fn shared_mut(&mut self) -> Option<&mut dyn Shared> {
+        Some(self)
+    }
+}
+
+impl Shared for EtcdStore {
+    fn last_commits(&self, network: &str) -> Result<Vec<(String, Option<u64>)>, CniError> {
+        Ok(self
+            .usage_rows(network)?
+            .into_iter()
+            .map(|(node, usage, _)| (node, usage.last))
+            .collect())
+    }
+
     fn conflicted(&self) -> bool {
         self.state.borrow().conflicted
     }
@@ -1225,8 +1198,12 @@ impl Store for EtcdStore {
         ))
     }
 
-    fn etcd_figures(&self) -> Option<Figures> {
-        Some(self.figures())
+    fn remote(&self) -> Remote {
+        Remote::Etcd
+    }
+
+    fn figures(&self) -> Figures {
+        self.state.borrow().figures
     }
 
     fn seen(&self) -> StoreSeen {
@@ -1236,11 +1213,11 @@ impl Store for EtcdStore {
 
 #[cfg(test)]
 mod tests {
-    use super::{SignedUsage, escape, sum, unescape};
+    use super::{NodeUsage, escape, sum, unescape};
 
     #[test]
     fn a_negative_row_counts_with_its_sign_and_old_rows_read_without_a_last_commit() {
-        let row = |entries, bytes| SignedUsage {
+        let row = |entries, bytes| NodeUsage {
             entries,
             bytes,
             last: Some(7),
@@ -1253,7 +1230,7 @@ mod tests {
         let (total, mine, revision) = sum(&rows, "b");
         assert_eq!((total.entries, total.bytes), (3, 30));
         assert_eq!((mine.entries, mine.bytes, revision), (-2, -20, 4));
-        let old: SignedUsage = serde_json::from_str(r#"{"entries":1,"bytes":9}"#).unwrap();
+        let old: NodeUsage = serde_json::from_str(r#"{"entries":1,"bytes":9}"#).unwrap();
         assert_eq!(old.last, None);
         let text = serde_json::to_string(&row(1, 9)).unwrap();
         assert_eq!(text, r#"{"entries":1,"bytes":9,"last":7}"#);

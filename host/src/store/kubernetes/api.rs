@@ -12,6 +12,7 @@
 use super::objects::{COLLECTION, PLURAL, Shard, ShardList};
 use crate::config::KubernetesConfig;
 use crate::error::{CniError, code, with_causes};
+use crate::store::Figures;
 use crate::store::rate::RateLimiter;
 use http::{Method, Request, StatusCode};
 use std::cell::RefCell;
@@ -23,14 +24,8 @@ const RESEND_PAUSE: Duration = Duration::from_millis(200);
 /// Objects per page of a list.
 const PAGE: usize = 500;
 
-/// What the store did with the apiserver, for the call's log record and metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Figures {
-    pub requests: u64,
-    pub conflicts: u64,
-    pub api_time: Duration,
-    pub rate_wait: Duration,
-}
+/// The node's Kubernetes rate limiter's state, in `dataDir`.
+pub const RATE_FILE: &str = "kubernetes-rate";
 
 /// How an error ends when a write's answer never came (or was a 5xx): the caller
 /// looks the write up, or the next call does.
@@ -146,13 +141,8 @@ impl Api {
                 .with_details(with_causes(&e))
             })?
         };
-        let limiter = RateLimiter::open(
-            data_dir,
-            "kubernetes",
-            super::RATE_FILE,
-            config.qps,
-            config.burst,
-        )?;
+        let limiter =
+            RateLimiter::open(data_dir, "kubernetes", RATE_FILE, config.qps, config.burst)?;
         Ok(Api {
             runtime: Some(runtime),
             client,
@@ -422,7 +412,7 @@ impl Api {
         {
             let mut figures = self.figures.borrow_mut();
             figures.requests += 1;
-            figures.api_time += started.elapsed();
+            figures.time += started.elapsed();
             figures.rate_wait += waited;
         }
         let result = match answer {

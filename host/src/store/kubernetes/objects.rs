@@ -251,15 +251,7 @@ pub struct Lock {
     pub until: u64,
 }
 
-/// A node's net change to a network's size (negative when it released another
-/// node's entries) and when it last committed: the etcd store's usage row.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeUsage {
-    pub entries: i64,
-    pub bytes: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last: Option<u64>,
-}
+pub use crate::store::commit::NodeUsage;
 
 /// A node's last decided commit: what it changes in each object it locked, so
 /// whoever finds one of those objects still locked can finish it.

@@ -1,0 +1,539 @@
+//! The Kubernetes store's part of a commit ([`crate::store::commit`]): planning where
+//! each change lands, then either one write of the node's home or the steps across
+//! objects of the module's description (lock, validate, decide, finish).
+
+use super::api::{Api, WriteFailure};
+use super::locks::finished;
+use super::objects::{
+    Change, Decision, Entry, KIND, Lock, NodeUsage, PLURAL, Place, Role, Shard, Spec, group_of,
+};
+use super::reads::Located;
+use super::state::{KubernetesStore, Pending, Read};
+use crate::error::{CniError, code};
+use crate::store::commit::{Prepared, others_may_stand_in, too_late};
+use crate::store::{Changes, Quota, Usage, Written, entry_bytes};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+impl KubernetesStore {
+    /// Unlocks what this attempt locked, after a conflict; a lock left behind (an
+    /// unlock that failed) is undone by whoever meets it.
+    pub(super) fn unlock_all(&self, locked: &[Shard]) {
+        for shard in locked {
+            let mut unlocked = shard.clone();
+            unlocked.spec.lock = None;
+            let created = shard.spec.role == Role::Entries
+                && shard.spec.entries.is_empty()
+                && shard.spec.commit.is_none();
+            let _ = match created {
+                // Created by the lock: gone again.
+                true => self.api.delete(&shard.metadata.name, &shard.rv()),
+                false => self.api.replace(&unlocked).map(drop),
+            };
+        }
+    }
+
+    /// Step 1: locks `targets`; the locked objects, or the conflict.
+    pub(super) fn lock(&self, targets: &[Read], lock: &Lock) -> Result<Vec<Shard>, CniError> {
+        let mut locked = Vec::new();
+        for read in targets {
+            let attempt = match &read.shard {
+                // Never over another commit's lock (a read through it): a conflict.
+                Some(shard) if shard.spec.lock.is_some() => Err(WriteFailure::Conflict),
+                Some(shard) => {
+                    let mut with = shard.clone();
+                    with.spec.lock = Some(lock.clone());
+                    self.api.replace(&with)
+                }
+                None => {
+                    let mut spec = Spec::empty(&read.place);
+                    spec.lock = Some(lock.clone());
+                    self.api.create(&Shard::new(&read.place, spec))
+                }
+            };
+            let shard = match attempt {
+                Ok(shard) => shard,
+                Err(WriteFailure::Unknown(e)) => match self.api.get(&read.place.name()) {
+                    Ok(Some(s)) if s.spec.lock.as_ref() == Some(lock) => s,
+                    Ok(_) => {
+                        self.unlock_all(&locked);
+                        return Err(Api::not_applied(e));
+                    }
+                    Err(_) => {
+                        self.unlock_all(&locked);
+                        return Err(e);
+                    }
+                },
+                Err(WriteFailure::Conflict) => {
+                    self.unlock_all(&locked);
+                    return Err(self.note_conflict(&format!(
+                        "{PLURAL}/{} changed since it was read",
+                        read.place.name()
+                    )));
+                }
+                Err(WriteFailure::Failed(e)) => {
+                    self.unlock_all(&locked);
+                    return Err(e);
+                }
+            };
+            locked.push(shard);
+        }
+        Ok(locked)
+    }
+
+    /// Step 2: every object read and not locked, and every list, as it was read.
+    pub(super) fn validate(&self, locked: &[Shard]) -> Result<(), CniError> {
+        let locked_names: BTreeSet<&str> =
+            locked.iter().map(|s| s.metadata.name.as_str()).collect();
+        let (reads, lists) = {
+            let state = self.state.borrow();
+            (state.read.clone(), state.listed.clone())
+        };
+        let mut listed_names = BTreeSet::new();
+        for (selector, seen) in &lists {
+            let mut now: BTreeMap<String, String> = self
+                .api
+                .list(selector)?
+                .into_iter()
+                .map(|s| (s.metadata.name.clone(), s.rv()))
+                .collect();
+            // An object this call locked is checked by its lock from the version the
+            // call read; that version must be the one the list saw (absent included),
+            // or another commit put it under the listed prefix in between (a phantom).
+            for name in &locked_names {
+                if now.remove(*name).is_some() || seen.contains_key(*name) {
+                    let at_read = reads.get(*name).and_then(Read::rv);
+                    if seen.get(*name) != at_read.as_ref() {
+                        return Err(self.note_conflict(&format!(
+                            "{PLURAL}/{name} changed under a listed prefix since it was listed"
+                        )));
+                    }
+                }
+            }
+            let before: BTreeMap<String, String> = seen
+                .iter()
+                .filter(|(name, _)| !locked_names.contains(name.as_str()))
+                .map(|(n, rv)| (n.clone(), rv.clone()))
+                .collect();
+            if now != before {
+                return Err(self.note_conflict("an object listed changed since it was listed"));
+            }
+            listed_names.extend(seen.keys().cloned());
+        }
+        for (name, read) in &reads {
+            // A home read is locked (another node's) or decided on (this node's).
+            if locked_names.contains(name.as_str())
+                || listed_names.contains(name)
+                || read.place.role == Role::Node
+            {
+                continue;
+            }
+            let now = self.api.get(name)?;
+            if now.as_ref().map(Shard::rv) != read.rv() {
+                return Err(
+                    self.note_conflict(&format!("{PLURAL}/{name} changed since it was read"))
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// What a commit of `changes` to `network` writes where: this node's home, and the
+    /// other objects it must lock (none: the commit is one write of the home).
+    pub(super) fn plan(&self, network: &str, changes: &Changes) -> Result<Plan, CniError> {
+        let own = self.own_home(network)?;
+        let own_place = Place::node(network, &self.node);
+        let own_name = own_place.name();
+        let mut own_spec = own
+            .shard
+            .as_ref()
+            .map_or_else(|| Spec::empty(&own_place), |s| s.spec.clone());
+        let mut by_group: BTreeMap<&str, Vec<Change>> = BTreeMap::new();
+        for (key, change) in changes {
+            by_group.entry(group_of(key)).or_default().push(Change {
+                key: key.clone(),
+                put: change.as_ref().map(|v| Entry::new(key, v)),
+            });
+        }
+        let mut decision = Decision {
+            commit: commit_id(&self.node),
+            ..Decision::default()
+        };
+        let mut targets: BTreeMap<String, Read> = BTreeMap::new();
+        let mut delta = NodeUsage::default();
+        for (group, group_changes) in &by_group {
+            let (located, old) = self.group(network, group, true)?;
+            for change in group_changes {
+                if let Some(value) = old.get(&change.key) {
+                    delta.entries -= 1;
+                    delta.bytes -= entry_bytes(&change.key, value) as i64;
+                }
+                if let Some(value) = changes[&change.key].as_deref() {
+                    delta.entries += 1;
+                    delta.bytes += entry_bytes(&change.key, value) as i64;
+                }
+            }
+            let puts = group_changes.iter().any(|c| c.put.is_some());
+            let anchor = Place::entries(network, group);
+            // A group a runtime's call starts (or finds empty in another node's home)
+            // lies in this node's home from now on, while the home has room.
+            let homed_here = self.homing
+                && puts
+                && old.is_empty()
+                && located != Located::Own
+                && roomy(&own_spec);
+            match located {
+                Located::Own => own_spec.apply(group_changes),
+                _ if homed_here => {
+                    targets.insert(anchor.name(), self.load(&anchor, true)?);
+                    decision.homes.insert(anchor.name(), self.node.clone());
+                    if let Located::Home(node) = &located {
+                        let home = self.load(&Place::node(network, node), true)?;
+                        if home.shard.as_ref().is_some_and(|s| s.spec.holds(group)) {
+                            decision
+                                .dropped
+                                .entry(home.place.name())
+                                .or_default()
+                                .push(group.to_string());
+                        }
+                    }
+                    own_spec.apply(group_changes);
+                }
+                Located::Absent if !puts => {}
+                Located::Absent | Located::Shared => {
+                    targets.insert(anchor.name(), self.load(&anchor, true)?);
+                    decision
+                        .changes
+                        .entry(anchor.name())
+                        .or_default()
+                        .extend(group_changes.iter().cloned());
+                }
+                Located::Home(node) => {
+                    let home = Place::node(network, &node);
+                    targets.insert(home.name(), self.load(&home, true)?);
+                    decision
+                        .changes
+                        .entry(home.name())
+                        .or_default()
+                        .extend(group_changes.iter().cloned());
+                }
+            }
+        }
+        // Every other node's home this attempt read is locked too: that node's
+        // one-write commits check nothing but their own home.
+        for (name, read) in self.state.borrow().read.iter() {
+            if read.place.role == Role::Node && *name != own_name {
+                targets.entry(name.clone()).or_insert_with(|| read.clone());
+            }
+        }
+        fits(network, &own_spec)?;
+        for read in targets.values() {
+            let shard = read
+                .shard
+                .clone()
+                .unwrap_or_else(|| Shard::new(&read.place, Spec::empty(&read.place)));
+            fits(network, &finished(&shard, &decision).spec)?;
+        }
+        Ok(Plan {
+            own,
+            own_spec,
+            targets: targets.into_values().collect(),
+            decision,
+            delta,
+        })
+    }
+
+    /// The other nodes' usage of `network`, for the quota: as last listed while that
+    /// may stand in ([`others_may_stand_in`]), else listed now.
+    pub(super) fn others_usage(
+        &self,
+        network: &str,
+        own: NodeUsage,
+        delta: NodeUsage,
+        quota: Quota,
+    ) -> Result<NodeUsage, CniError> {
+        let now = crate::health::unix_now();
+        if let Some((others, at)) = self.homes.get(network).others {
+            let after = others.plus(own).plus(delta);
+            if others_may_stand_in(now.checked_sub(at), after, quota) {
+                return Ok(others);
+            }
+        }
+        let mut others = NodeUsage::default();
+        for row in self.node_rows(network)? {
+            if row.spec.group != self.node {
+                others = others.plus(row.spec.usage.unwrap_or_default());
+            }
+        }
+        self.homes
+            .update(network, |cached| cached.others = Some((others, now)));
+        Ok(others)
+    }
+
+    /// The home as a commit leaves it: the node's usage, when it last committed, the
+    /// module that served it, the commit's id.
+    pub(super) fn stamp(&self, network: &str, spec: &mut Spec, delta: NodeUsage, commit: &str) {
+        let usage = spec.usage.unwrap_or_default();
+        spec.usage = Some(NodeUsage {
+            entries: usage.entries + delta.entries,
+            bytes: usage.bytes + delta.bytes,
+            last: Some(crate::health::unix_now()),
+        });
+        // Which module served the network, as this node ran it: kept in its own home,
+        // so no call writes a shared record.
+        let served_by = self.state.borrow().served_by.clone();
+        if let Some((_, record)) = served_by.filter(|(net, _)| net == network) {
+            spec.served_by = Some(serde_json::to_string(&record).expect("serialisable"));
+        }
+        spec.commit = Some(commit.to_string());
+    }
+
+    /// Writes the node's home as `spec`, conditional on the version `own` read.
+    pub(super) fn put_home(&self, own: &Read, spec: Spec) -> Result<Shard, WriteFailure> {
+        match &own.shard {
+            Some(shard) => {
+                let mut shard = shard.clone();
+                shard.spec = spec;
+                self.api.replace(&shard)
+            }
+            None => self.api.create(&Shard::new(&own.place, spec)),
+        }
+    }
+
+    /// The whole commit in one write of the node's home: nothing else was written or
+    /// locked, and its version checks every read of it.
+    pub(super) fn write_home(&self, network: &str, plan: Plan) -> Result<Written, CniError> {
+        let Plan {
+            own,
+            mut own_spec,
+            decision,
+            delta,
+            ..
+        } = plan;
+        self.stamp(network, &mut own_spec, delta, &decision.commit);
+        match self.put_home(&own, own_spec) {
+            Ok(shard) => {
+                self.confirmed(network, &shard);
+                Ok(Written::durable())
+            }
+            Err(WriteFailure::Unknown(e)) => match self.api.get(&own.place.name()) {
+                Ok(Some(now)) if now.spec.commit.as_deref() == Some(&decision.commit) => {
+                    self.confirmed(network, &now);
+                    Ok(Written::durable())
+                }
+                Ok(now) => {
+                    self.cache_home(network, now.as_ref());
+                    Err(Api::not_applied(e))
+                }
+                Err(_) => {
+                    self.forget_home(network);
+                    Err(e)
+                }
+            },
+            Err(WriteFailure::Conflict) => {
+                self.forget_home(network);
+                Err(self.note_conflict("the node's own home changed since it was read"))
+            }
+            Err(WriteFailure::Failed(e)) => Err(e),
+        }
+    }
+
+    /// A commit that writes or locks other objects than the node's home: steps 1 to 4
+    /// of the module's description, the decision in the home.
+    pub(super) fn commit_across(
+        &self,
+        network: &str,
+        plan: Plan,
+        changes: &Changes,
+        expired: &dyn Fn() -> bool,
+    ) -> Result<Written, CniError> {
+        let Plan {
+            own,
+            mut own_spec,
+            mut targets,
+            decision,
+            delta,
+        } = plan;
+        targets.sort_by_key(|read| read.place.name());
+        let until = crate::health::unix_now()
+            + self
+                .api
+                .until()
+                .saturating_duration_since(Instant::now())
+                .as_secs();
+        let lock = Lock {
+            node: self.node.clone(),
+            commit: decision.commit.clone(),
+            until,
+        };
+        self.write_pending(Some(&Pending {
+            commit: decision.commit.clone(),
+            network: network.to_string(),
+            names: targets.iter().map(|r| r.place.name()).collect(),
+        }))?;
+        let locked = self.lock(&targets, &lock)?;
+        if let Err(e) = self.validate(&locked) {
+            self.unlock_all(&locked);
+            return Err(e);
+        }
+        if expired() {
+            self.unlock_all(&locked);
+            return Err(too_late(changes.len()));
+        }
+
+        // Step 3: the decision, with this node's own changes, in its home.
+        self.stamp(network, &mut own_spec, delta, &decision.commit);
+        own_spec.decided = Some(decision.clone());
+        match self.put_home(&own, own_spec) {
+            Ok(shard) => self.confirmed(network, &shard),
+            Err(WriteFailure::Unknown(e)) => {
+                let looked = self.api.get(&own.place.name());
+                match looked {
+                    Ok(Some(now))
+                        if now
+                            .spec
+                            .decided
+                            .as_ref()
+                            .is_some_and(|d| d.commit == decision.commit) =>
+                    {
+                        self.confirmed(network, &now)
+                    }
+                    looked => {
+                        self.forget_home(network);
+                        self.unlock_all(&locked);
+                        return Err(match looked {
+                            Ok(_) => Api::not_applied(e),
+                            Err(_) => e,
+                        });
+                    }
+                }
+            }
+            Err(WriteFailure::Conflict) => {
+                self.forget_home(network);
+                self.unlock_all(&locked);
+                return Err(self.note_conflict("the node's own home changed during the commit"));
+            }
+            Err(WriteFailure::Failed(e)) => {
+                self.unlock_all(&locked);
+                return Err(e);
+            }
+        }
+
+        // Step 4: each locked object as the commit leaves it. The commit stands
+        // already; one not written now is finished by whoever meets its lock.
+        for shard in locked {
+            let name = shard.metadata.name.clone();
+            if let Err(e) = self.finish(shard, &decision) {
+                tracing::warn!(
+                    "kubernetes: commit {} decided, {PLURAL}/{name} not yet written: {e}; the next call finishes it",
+                    decision.commit
+                );
+                return Ok(Written::durable());
+            }
+        }
+        self.write_pending(None)?;
+        Ok(Written::durable())
+    }
+}
+
+/// A commit, planned: see [`KubernetesStore::plan`].
+pub(super) struct Plan {
+    pub(super) own: Read,
+    pub(super) own_spec: Spec,
+    pub(super) targets: Vec<Read>,
+    pub(super) decision: Decision,
+    pub(super) delta: NodeUsage,
+}
+
+/// Whether a home may take a new group: under half of what one object holds.
+pub(super) fn roomy(home: &Spec) -> bool {
+    home.entries.len() < super::objects::MAX_OBJECT_ENTRIES / 2
+        && serde_json::to_vec(&home.entries)
+            .expect("serialisable")
+            .len()
+            < super::objects::MAX_OBJECT_BYTES / 2
+}
+
+/// Refuses an object that would hold more than one object may (code 105).
+pub(super) fn fits(network: &str, spec: &Spec) -> Result<(), CniError> {
+    let what = match spec.role {
+        Role::Entries => format!("the entries of group {:?}", spec.group),
+        Role::Node => format!("the home of node {:?}", spec.group),
+    };
+    if spec.entries.len() > super::objects::MAX_OBJECT_ENTRIES {
+        return Err(CniError::new(
+            code::LIMIT_EXCEEDED,
+            format!(
+                "kubernetes: {what} of network {network:?} would number {} entries in one {KIND}, over its limit of {}; nothing was committed",
+                spec.entries.len(),
+                super::objects::MAX_OBJECT_ENTRIES
+            ),
+        ));
+    }
+    let bytes = serde_json::to_vec(&spec.entries)
+        .expect("serialisable")
+        .len();
+    if bytes > super::objects::MAX_OBJECT_BYTES {
+        return Err(CniError::new(
+            code::LIMIT_EXCEEDED,
+            format!(
+                "kubernetes: {what} of network {network:?} would take {bytes} bytes in one {KIND}, over its limit of {} bytes; nothing was committed",
+                super::objects::MAX_OBJECT_BYTES
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A new commit's id: unique across nodes and calls without coordination.
+pub(super) fn commit_id(node: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let digest = Sha256::digest(format!("{node}\0{nanos}\0{}", std::process::id()));
+    digest[..10].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A commit of the Kubernetes store, planned ([`KubernetesStore::plan`]): one write of
+/// the node's home, or the steps of the module's description across objects.
+pub(super) struct KubernetesCommit<'a> {
+    pub(super) store: &'a KubernetesStore,
+    pub(super) network: &'a str,
+    pub(super) changes: &'a Changes,
+    pub(super) plan: Plan,
+}
+
+impl Prepared for KubernetesCommit<'_> {
+    fn delta(&self) -> NodeUsage {
+        self.plan.delta
+    }
+
+    fn usage_before(&mut self, quota: Quota) -> Result<Usage, CniError> {
+        let own = self
+            .plan
+            .own
+            .shard
+            .as_ref()
+            .and_then(|s| s.spec.usage)
+            .unwrap_or_default();
+        let others = self
+            .store
+            .others_usage(self.network, own, self.plan.delta, quota)?;
+        Ok(others.plus(own).into())
+    }
+
+    fn write(self: Box<Self>, expired: &dyn Fn() -> bool) -> Result<Written, CniError> {
+        let KubernetesCommit {
+            store,
+            network,
+            changes,
+            plan,
+        } = *self;
+        match plan.targets.is_empty() {
+            true => store.write_home(network, plan),
+            false => store.commit_across(network, plan, changes, expired),
+        }
+    }
+}
