@@ -8,7 +8,7 @@ use crate::etcd::{list_json, operator_on};
 use crate::harness::*;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The module's codes (docs/cluster.md): a pool the pod names does not exist; no pool
 /// serves its namespace and none is the default; borrowing is forbidden.
@@ -800,4 +800,97 @@ fn ipv6_pools_count_exactly_in_the_table_json_and_prometheus(store: &ClusterStor
             "CAPACITY is not right-aligned in {row:?}\n{table}"
         );
     }
+}
+
+on_both_stores!(a_sticky_hold_expires_after_its_seconds_and_gc_releases_what_no_pod_runs);
+/// Upkeep and leak repair as an operator meets them: a StatefulSet pod's hold on its
+/// address lasts `stickySeconds` and is swept by the node's later calls once it has
+/// passed (not before); `wasm-ipam gc` releases every attachment the runtime no longer
+/// lists and keeps the ones it lists, on either cluster store.
+fn a_sticky_hold_expires_after_its_seconds_and_gc_releases_what_no_pod_runs(store: &ClusterStore) {
+    const STICKY: Duration = Duration::from_secs(3);
+    let ipam = json!({"cidr": "10.87.0.0/24", "blockSize": 28, "stickySeconds": STICKY.as_secs()});
+    let cluster = store.cluster("p-upkeep", 2, &ipam);
+    let confs = &cluster.confs;
+    let pod = "K8S_POD_NAMESPACE=web;K8S_POD_NAME=db-0";
+    Call::new("ADD", "db-c1")
+        .env("CNI_ARGS", pod)
+        .run(&confs[0])
+        .assert_ok();
+    Call::new("DEL", "db-c1")
+        .env("CNI_ARGS", pod)
+        .run(&confs[0])
+        .assert_ok();
+    let released = Instant::now();
+    // A DEL of an attachment the node does not have runs the node's upkeep: it keeps
+    // the hold while it lasts, and sweeps it once it has passed.
+    let mut sweeps = 0;
+    let swept = loop {
+        Call::new("DEL", &format!("sweep-{sweeps}"))
+            .run(&confs[0])
+            .assert_ok();
+        sweeps += 1;
+        let held = cluster.keys("sticky/");
+        if held.is_empty() {
+            break released.elapsed();
+        }
+        assert_eq!(held, ["sticky/web/db-0"]);
+        assert!(
+            released.elapsed() < STICKY + Duration::from_secs(30),
+            "the hold outlived its {STICKY:?} by 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        swept >= STICKY,
+        "swept after {swept:?}, before its {STICKY:?}"
+    );
+    eprintln!("the hold was swept {swept:?} after the DEL, by DEL {sweeps}");
+    let (ok, prom, stderr) = cluster.operator(0, &["stats", "--prometheus"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        prom.lines()
+            .any(|l| l.starts_with("wasm_ipam_pool_addresses_cooling_down{") && l.ends_with(" 0")),
+        "nothing cools down any more: {prom}"
+    );
+
+    // Twelve pods on node 1, of which the runtime still runs two.
+    let ids: Vec<String> = (0..12).map(|i| format!("gc-c{i}")).collect();
+    for id in &ids {
+        Call::new("ADD", id).run(&confs[1]).assert_ok();
+    }
+    let listed = cluster.nodes[1].dir.path().join("running");
+    std::fs::write(&listed, format!("{}\n{}\n", ids[0], ids[1])).unwrap();
+    let listed = listed.to_string_lossy().into_owned();
+    let (ok, stdout, stderr) = cluster.operator(
+        1,
+        &["gc", "--valid-from", &listed, "--grace", "0s", "--json"],
+    );
+    assert!(ok, "{stdout} {stderr}");
+    let leaks: Value = serde_json::from_str(&stdout).unwrap();
+    let leaks = leaks.as_array().expect("a list of leaks");
+    let gone: BTreeSet<&str> = leaks
+        .iter()
+        .filter(|l| l["released"] == true)
+        .filter_map(|l| l["containerID"].as_str())
+        .collect();
+    let expected: BTreeSet<&str> = ids[2..].iter().map(String::as_str).collect();
+    assert_eq!(gone, expected, "{stdout}");
+    let own = format!("own/{}/", cluster.names[1]);
+    let kept: Vec<String> = cluster.keys(&own);
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    assert!(
+        kept.iter()
+            .all(|k| k.contains(&ids[0]) || k.contains(&ids[1])),
+        "{kept:?}"
+    );
+    // A second run finds nothing more, and the store is sound.
+    let (ok, stdout, stderr) = cluster.operator(
+        1,
+        &["gc", "--valid-from", &listed, "--grace", "0s", "--json"],
+    );
+    assert!(ok, "{stderr}");
+    assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap(), json!([]));
+    let (ok, stdout, stderr) = cluster.operator(1, &["store", "check"]);
+    assert!(ok, "{stdout} {stderr}");
 }
