@@ -197,7 +197,7 @@ impl KubeApi {
     /// that failed is not retried by every later caller: they fail with its reason.
     pub fn shared() -> &'static KubeApi {
         static SHARED: OnceLock<Result<KubeApi, String>> = OnceLock::new();
-        match SHARED.get_or_init(|| KubeApi::launch(false)) {
+        match SHARED.get_or_init(|| KubeApi::launch(false, &[])) {
             Ok(api) => api,
             Err(why) => panic!("the shared kube-apiserver did not start: {why}"),
         }
@@ -207,15 +207,23 @@ impl KubeApi {
     /// restart. Dropping it kills both and removes its directory (and a test that
     /// panics drops it too; a process that dies leaves it to the supervisor).
     pub fn start() -> KubeApi {
-        KubeApi::launch(true).unwrap_or_else(|why| panic!("a kube-apiserver did not start: {why}"))
+        KubeApi::start_with(&[])
+    }
+
+    /// [`KubeApi::start`] with apiserver flags of the test's own, each `--name=value`:
+    /// it replaces the flag of that name (e.g. `--enable-priority-and-fairness=true`)
+    /// or is added after them.
+    pub fn start_with(flags: &[&str]) -> KubeApi {
+        KubeApi::launch(true, flags)
+            .unwrap_or_else(|why| panic!("a kube-apiserver did not start: {why}"))
     }
 
     /// Starts an instance; a port taken by someone else between [`free_port`] and the
     /// bind is retried on fresh ports, any other failure is the error.
-    fn launch(own: bool) -> Result<KubeApi, String> {
+    fn launch(own: bool, flags: &[&str]) -> Result<KubeApi, String> {
         let mut attempt = 1;
         loop {
-            match KubeApi::try_launch(own) {
+            match KubeApi::try_launch(own, flags) {
                 Err(why) if why.contains("address already in use") && attempt < 3 => {
                     attempt += 1;
                 }
@@ -224,7 +232,7 @@ impl KubeApi {
         }
     }
 
-    fn try_launch(own: bool) -> Result<KubeApi, String> {
+    fn try_launch(own: bool, flags: &[&str]) -> Result<KubeApi, String> {
         let started = Instant::now();
         let peers = peers();
         let dir = tempfile::Builder::new()
@@ -252,7 +260,7 @@ impl KubeApi {
         let peer_url = format!("http://127.0.0.1:{peer}");
         let pki = dir.join("pki");
         let path = |name: &str| pki.join(name);
-        let apiserver_args: Vec<OsString> = vec![
+        let mut apiserver_args: Vec<OsString> = vec![
             peers.join("kube-apiserver").into(),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}").into(),
@@ -278,6 +286,17 @@ impl KubeApi {
             // Unused (the serving certificate is given); not /var/run/kubernetes.
             flag("--cert-dir=", &pki),
         ];
+        for given in flags {
+            let name = given.split_once('=').map_or(*given, |(name, _)| name);
+            let same = |arg: &OsString| {
+                let arg = arg.to_string_lossy();
+                arg == name || arg.starts_with(&format!("{name}="))
+            };
+            match apiserver_args.iter().position(same) {
+                Some(at) => apiserver_args[at] = given.into(),
+                None => apiserver_args.push(given.into()),
+            }
+        }
         let mut api = KubeApi {
             dir,
             port,

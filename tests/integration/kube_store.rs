@@ -971,3 +971,308 @@ fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
     );
     assert!(objects_on(&own, network).is_empty(), "every page removed");
 }
+
+/// The priority level of the node's requests in the 429 test: no seats of its own,
+/// none to borrow, and no queue.
+const NO_SEATS: &str = "wasm-ipam-test-no-seats";
+
+/// The sum of the apiserver's metric `name` over the series of priority level
+/// `level`, as the admin reads /metrics.
+fn level_metric(api: &KubeApi, name: &str, level: &str) -> f64 {
+    let out = api.kubectl(&["get", "--raw", "/metrics"]);
+    assert!(out.status.success(), "{out:?}");
+    let series = format!("priority_level=\"{level}\"");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&series))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+/// A `kubectl` the test started, killed and reaped when dropped.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The apiserver answering 429 (API Priority and Fairness on, the node's user routed
+/// to a level of no seats that rejects rather than queues): an ADD waits out each
+/// `Retry-After` after the lock while the retry fits, answers 11 at once when it does
+/// not (within `timeoutSeconds`, or within the call's budget), naming the answer,
+/// and leaves nothing behind; once the node's requests are served again the same ADD
+/// succeeds and the store checks sound.
+///
+/// A level of zero seats still serves a request when none of its own runs (the
+/// apiserver lets a request wider than the limit through alone), so one request of
+/// another user routed to it is kept running: a ConfigMap create held by mutating
+/// webhooks whose address accepts connections and never completes TLS (10 s each).
+#[test]
+fn answers_429_are_waited_out_after_the_lock_and_one_that_cannot_fit_answers_11_at_once() {
+    // Measures time against bounds of a second or so.
+    let _heavy = exclusive();
+    let own = KubeApi::start_with(&["--enable-priority-and-fairness=true"]);
+    apply_manifests(&own);
+    let network = "k-429";
+    let name = "k-429-node";
+    let user = format!("system:node:{name}");
+    let kubeconfig = own.kubeconfig_for(&user, &["system:nodes"]);
+    let holder_user = "wasm-ipam-test-holder";
+    let holder = own.kubeconfig_for(holder_user, &[]);
+    let node = Node::new();
+    let mut conf = node.netconf(
+        "1.1.0",
+        &cluster_pool_module(),
+        json!({"cidr": "10.88.0.0/16"}),
+    );
+    conf["name"] = network.into();
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] =
+        json!({"type": "kubernetes", "kubeconfig": kubeconfig, "timeoutSeconds": 3});
+
+    let never_answers = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = never_answers.local_addr().unwrap().port();
+    let webhooks: String = (0..4)
+        .map(|i| {
+            format!(
+                r#"- name: hold-{i}.test.wasm-ipam.dev
+  clientConfig:
+    url: https://127.0.0.1:{port}/hold
+  rules:
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["configmaps"]
+  objectSelector:
+    matchLabels: {{wasm-ipam-test/hold: "yes"}}
+  failurePolicy: Ignore
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  timeoutSeconds: 30
+"#
+            )
+        })
+        .collect();
+    own.apply(&format!(
+        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: {NO_SEATS}
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 0
+    lendablePercent: 0
+    borrowingLimitPercent: 0
+    limitResponse:
+      type: Reject
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: wasm-ipam-test-429
+spec:
+  priorityLevelConfiguration:
+    name: {NO_SEATS}
+  matchingPrecedence: 100
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: User
+      user:
+        name: "{user}"
+    - kind: User
+      user:
+        name: {holder_user}
+    resourceRules:
+    - verbs: ["*"]
+      apiGroups: ["*"]
+      resources: ["*"]
+      clusterScope: true
+      namespaces: ["*"]
+    nonResourceRules:
+    - verbs: ["*"]
+      nonResourceURLs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {holder_user}
+  namespace: default
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {holder_user}
+  namespace: default
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {holder_user}
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: {holder_user}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: wasm-ipam-test-hold
+webhooks:
+{webhooks}"#
+    ));
+    // The flow schema is in effect once the apiserver has marked it not dangling.
+    let out = own.kubectl(&[
+        "wait",
+        "--for=jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}=False",
+        "--timeout=60s",
+        "flowschema/wasm-ipam-test-429",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let held_cm = node.dir.path().join("hold.json");
+    std::fs::write(
+        &held_cm,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"generateName": "hold-", "labels": {"wasm-ipam-test/hold": "yes"}}})
+        .to_string(),
+    )
+    .unwrap();
+    // Held once the level shows a request running; one that ended first met the
+    // webhooks before the apiserver had them, and is sent again.
+    const EXECUTING: &str = "apiserver_flowcontrol_current_executing_requests";
+    const REJECTED: &str = "apiserver_flowcontrol_rejected_requests_total";
+    let started = Instant::now();
+    let mut holding = loop {
+        let mut running = Running(
+            std::process::Command::new(crate::kube_api::peers().join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(&holder)
+                .args([
+                    "create",
+                    "--raw",
+                    "/api/v1/namespaces/default/configmaps",
+                    "-f",
+                ])
+                .arg(&held_cm)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let holds = loop {
+            if level_metric(&own, EXECUTING, NO_SEATS) >= 1.0 {
+                break true;
+            }
+            if running.0.try_wait().unwrap().is_some() {
+                break false;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no request of {holder_user} held level {NO_SEATS} in 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        if holds {
+            break running;
+        }
+    };
+    let held_since = Instant::now();
+
+    // What is left of timeoutSeconds (3 s) takes two waits of Retry-After (1 s): the
+    // third 429 answers 11 at once, not at the end of the 3 s.
+    let rejected = level_metric(&own, REJECTED, NO_SEATS);
+    let started = Instant::now();
+    let refused = Call::new("ADD", "pod").run(&conf);
+    let took = started.elapsed();
+    let record = node.log_lines("invocation").pop().unwrap();
+    let rejected = level_metric(&own, REJECTED, NO_SEATS) - rejected;
+    eprintln!("timeoutSeconds 3: answered after {took:?}: {refused:?}\n{record}");
+    let asked = |msg: &str| -> u64 {
+        let (_, after) = msg
+            .split_once("asks to retry after ")
+            .unwrap_or_else(|| panic!("no Retry-After named: {msg}"));
+        after.split(' ').next().unwrap().parse().unwrap()
+    };
+    let check = |reply: &Reply, record: &Value, bound_ms: f64| {
+        assert_eq!(reply.error_code(), 11, "{reply:?}");
+        let msg = reply.msg();
+        assert!(
+            msg.contains("HTTP 429") && msg.contains("nothing was committed"),
+            "{reply:?}"
+        );
+        assert!(!msg.contains("ran out"), "waited to the end: {reply:?}");
+        // The apiserver's Retry-After: whole seconds, at least one.
+        let retry_after = asked(msg);
+        assert!(retry_after >= 1, "{reply:?}");
+        let retry_after = retry_after as f64 * 1000.0;
+        let requests = record["kube_requests"].as_u64().unwrap();
+        let hold = record["lock_hold_ms"].as_f64().unwrap();
+        // Sent again after each wait that fitted, and no more.
+        assert!(requests >= 2, "{record}");
+        assert!((requests - 1) as f64 * retry_after < bound_ms, "{record}");
+        // The waits were made under the lock, and it was let go before the bound.
+        assert!(hold >= (requests - 1) as f64 * retry_after, "{record}");
+        assert!(hold < bound_ms, "{record}");
+        requests
+    };
+    let requests = check(&refused, &record, 3000.0);
+    assert_eq!(rejected, requests as f64, "the apiserver's 429s: {record}");
+    assert!(took < Duration::from_secs(3 + 2), "took {took:?}");
+
+    // The call's budget is the bound (deadlineSeconds 2.5): once a Retry-After cannot
+    // come within what is left of it, 11 at once.
+    let mut short = conf.clone();
+    short["ipam"]["deadlineSeconds"] = json!(2.5);
+    short["ipam"]["store"]["timeoutSeconds"] = json!(2.5);
+    let started = Instant::now();
+    let refused = Call::new("ADD", "pod").run(&short);
+    let took = started.elapsed();
+    let record = node.log_lines("invocation").pop().unwrap();
+    eprintln!("deadlineSeconds 2.5: answered after {took:?}: {refused:?}\n{record}");
+    check(&refused, &record, 2500.0);
+    assert!(
+        record["budget_used_ms"].as_f64().unwrap() < 2500.0,
+        "{record}"
+    );
+    assert!(
+        holding.0.try_wait().unwrap().is_none(),
+        "the held request ended after {:?}: the node's requests may have been served",
+        held_since.elapsed()
+    );
+    assert!(objects_on(&own, network).is_empty(), "nothing committed");
+
+    // Served again: the same ADD succeeds, and the store is sound.
+    drop(holding);
+    let out = own.kubectl(&["delete", "flowschema", "wasm-ipam-test-429"]);
+    assert!(out.status.success(), "{out:?}");
+    let back = Instant::now();
+    loop {
+        let again = Call::new("ADD", "pod").run(&conf);
+        if again.success {
+            break;
+        }
+        assert_eq!(again.error_code(), 11, "{again:?}");
+        assert!(back.elapsed() < Duration::from_secs(30), "{again:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!(
+        "served again {:?} after the flow schema's removal",
+        back.elapsed()
+    );
+    let held = held_in(&entries_of(&objects_on(&own, network)));
+    assert_eq!(held.values().collect::<Vec<_>>(), ["pod"], "{held:?}");
+    let conf_file = write_conf(&node, &conf);
+    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+    Call::new("DEL", "pod").run(&conf).assert_ok();
+    drop(never_answers);
+}
