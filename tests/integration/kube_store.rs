@@ -1219,8 +1219,11 @@ webhooks:
         // Sent again after each wait that fitted, and no more.
         assert!(requests >= 2, "{record}");
         assert!((requests - 1) as f64 * retry_after < bound_ms, "{record}");
-        // The waits were made under the lock, and it was let go before the bound.
+        // The waits were made under the lock, and it was let go before the bound;
+        // the call's record counts them as waits, as the rate limiter's.
         assert!(hold >= (requests - 1) as f64 * retry_after, "{record}");
+        let waited = record["kube_rate_wait_ms"].as_f64().unwrap();
+        assert!(waited >= (requests - 1) as f64 * retry_after, "{record}");
         assert!(hold < bound_ms, "{record}");
         requests
     };

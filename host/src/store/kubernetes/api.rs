@@ -264,11 +264,8 @@ impl Api {
         loop {
             let failure = match self.send(what, Method::GET, path, Vec::new(), bound)? {
                 Ok(answer) if transient(answer.status) => {
-                    if let Some(pause) = self.retry_after(what, &answer, bound)? {
-                        std::thread::sleep(pause);
-                        continue;
-                    }
-                    format!("HTTP {}: {}", answer.status, status_message(&answer.body))
+                    self.wait_retry_after(what, &answer, bound)?;
+                    continue;
                 }
                 Ok(answer) => return Ok(answer),
                 Err(TryFailure::Tls(e)) => return Err(self.tls_refused(&e)),
@@ -297,12 +294,7 @@ impl Api {
         loop {
             match self.send(&what, method.clone(), path, body.clone(), bound)? {
                 Ok(answer) if answer.status == StatusCode::TOO_MANY_REQUESTS => {
-                    match self.retry_after(&what, &answer, bound)? {
-                        Some(pause) => std::thread::sleep(pause),
-                        None => {
-                            return Err(self.gave_up(&what, bound, false, "HTTP 429").into());
-                        }
-                    }
+                    self.wait_retry_after(&what, &answer, bound)?;
                 }
                 // 5xx of a write: it may have been applied (a 504 after etcd took
                 // it); the caller looks.
@@ -344,14 +336,15 @@ impl Api {
         }
     }
 
-    /// A 429's or 503's `Retry-After`, if the retry fits before `bound`; none when it
-    /// does not (the caller answers 11 at once) or the answer names no pause.
-    fn retry_after(
+    /// Waits out a 429's or 503's `Retry-After` (a short pause when it names none),
+    /// counted with the rate limiter's waits in the call's figures; code 11 at once
+    /// when the retry cannot come before `bound`.
+    fn wait_retry_after(
         &self,
         what: &str,
         answer: &Answer,
         bound: Instant,
-    ) -> Result<Option<Duration>, CniError> {
+    ) -> Result<(), CniError> {
         let pause = retry_after_seconds(&answer.body).map_or(RESEND_PAUSE, Duration::from_secs);
         if Instant::now() + pause >= bound {
             return Err(self.gave_up(
@@ -365,7 +358,9 @@ impl Api {
                 ),
             ));
         }
-        Ok(Some(pause))
+        std::thread::sleep(pause);
+        self.figures.borrow_mut().rate_wait += pause;
+        Ok(())
     }
 
     /// One try: the limiter's token, then the request, answered before `bound`.
