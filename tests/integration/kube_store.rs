@@ -1279,3 +1279,124 @@ webhooks:
     Call::new("DEL", "pod").run(&conf).assert_ok();
     drop(never_answers);
 }
+
+/// The apiserver's counter `apiserver_flowcontrol_dispatched_requests_total` of the
+/// requests flow schema `schema` classified and level `level` dispatched.
+fn dispatched(api: &KubeApi, schema: &str, level: &str) -> f64 {
+    let out = api.kubectl(&["get", "--raw", "/metrics"]);
+    assert!(out.status.success(), "{out:?}");
+    let (schema, level) = (
+        format!("flow_schema=\"{schema}\""),
+        format!("priority_level=\"{level}\""),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("apiserver_flowcontrol_dispatched_requests_total{"))
+        .filter(|l| l.contains(&schema) && l.contains(&level))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+/// With API Priority and Fairness on and the manifests applied, a node's requests are
+/// classified by the flow schema `wasm-ipam kubernetes manifests` prints into its own
+/// priority level: the apiserver dispatched there exactly the requests the node's
+/// ADD and DEL logged, none of them through the built-in `system-nodes` (which takes
+/// the group's other requests) or `global-default`, and rejected none.
+#[test]
+fn the_nodes_requests_are_classified_by_the_shipped_flow_schema_into_its_priority_level() {
+    // The name the manifests give the priority level and the flow schema.
+    const FLOW_NAME: &str = "wasm-ipam";
+    let own = KubeApi::start_with(&["--enable-priority-and-fairness=true"]);
+    apply_manifests(&own);
+    // In effect once the apiserver has marked it not dangling (its level exists).
+    let out = own.kubectl(&[
+        "wait",
+        "--for=jsonpath={.status.conditions[?(@.type==\"Dangling\")].status}=False",
+        "--timeout=60s",
+        &format!("flowschema/{FLOW_NAME}"),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let precedence = |schema: &str| -> u32 {
+        let out = own.kubectl(&[
+            "get",
+            "flowschema",
+            schema,
+            "-o",
+            "jsonpath={.spec.matchingPrecedence}",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).parse().unwrap()
+    };
+    let (ours, system_nodes) = (precedence(FLOW_NAME), precedence("system-nodes"));
+    eprintln!("matchingPrecedence: {FLOW_NAME} {ours}, system-nodes {system_nodes}");
+    assert!(
+        ours < system_nodes,
+        "{ours} does not win over {system_nodes}"
+    );
+    eprintln!(
+        "the level's nominal seats: {}",
+        level_metric(&own, "apiserver_flowcontrol_nominal_limit_seats", FLOW_NAME)
+    );
+
+    let network = "k-apf";
+    let name = "k-apf-node";
+    let node = Node::new();
+    let mut conf = node.netconf(
+        "1.1.0",
+        &cluster_pool_module(),
+        json!({"cidr": "10.89.0.0/16"}),
+    );
+    conf["name"] = network.into();
+    conf["ipam"]["nodeName"] = name.into();
+    conf["ipam"]["store"] = store(&node_kubeconfig(&own, name));
+
+    let counts = || {
+        [
+            dispatched(&own, FLOW_NAME, FLOW_NAME),
+            dispatched(&own, "system-nodes", "system"),
+            dispatched(&own, "global-default", "global-default"),
+            level_metric(
+                &own,
+                "apiserver_flowcontrol_rejected_requests_total",
+                FLOW_NAME,
+            ),
+        ]
+    };
+    let before = counts();
+    Call::new("ADD", "pod").run(&conf).assert_ok();
+    Call::new("ADD", "pod-2").run(&conf).assert_ok();
+    Call::new("DEL", "pod").run(&conf).assert_ok();
+    let after = counts();
+    let made: u64 = kube_requests(&node).iter().sum();
+    let seen: Vec<f64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    eprintln!(
+        "requests logged {made} ({:?}); dispatched by {FLOW_NAME}, system-nodes, global-default, rejected: {seen:?}",
+        kube_requests(&node)
+    );
+    assert!(made > 0);
+    assert_eq!(seen, [made as f64, 0.0, 0.0, 0.0], "logged {made}");
+
+    // Without the flow schema the same requests go to `system-nodes` (once the
+    // apiserver has dropped it: a DEL again until one is classified there whole).
+    let out = own.kubectl(&["delete", "flowschema", FLOW_NAME]);
+    assert!(out.status.success(), "{out:?}");
+    let started = Instant::now();
+    loop {
+        let before = counts();
+        Call::new("DEL", "pod-2").run(&conf).assert_ok();
+        let made = *kube_requests(&node).last().unwrap() as f64;
+        let seen: Vec<f64> = counts().iter().zip(before).map(|(a, b)| a - b).collect();
+        if made > 0.0 && seen[..2] == [0.0, made] {
+            eprintln!(
+                "without it, after {:?}: {made} requests by system-nodes",
+                started.elapsed()
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the node's DEL ({made} requests) was not classified by system-nodes within 30 s of the flow schema's removal: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

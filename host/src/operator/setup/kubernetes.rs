@@ -7,9 +7,10 @@ use crate::store::kubernetes::manifests;
 
 #[derive(clap::Subcommand, Debug, PartialEq)]
 pub enum KubernetesCommand {
-    /// Print the CustomResourceDefinition of the store's objects and the least RBAC
-    /// for the nodes (a ClusterRole bound to the group system:nodes), as YAML for
-    /// `kubectl apply -f -`.
+    /// Print the CustomResourceDefinition of the store's objects, the least RBAC for
+    /// the nodes (a ClusterRole bound to the group system:nodes) and a priority level
+    /// of API Priority and Fairness for the nodes' requests (a
+    /// PriorityLevelConfiguration and its FlowSchema), as YAML for `kubectl apply -f -`.
     Manifests,
 }
 

@@ -1,6 +1,8 @@
 //! What a cluster needs before its nodes use the Kubernetes store, as
-//! `wasm-ipam kubernetes manifests` prints it for `kubectl apply -f -`: the CRD, and the
-//! least RBAC for the nodes (the verbs the store's requests use on its one resource).
+//! `wasm-ipam kubernetes manifests` prints it for `kubectl apply -f -`: the CRD, the
+//! least RBAC for the nodes (the verbs the store's requests use on its one resource),
+//! and a priority level of API Priority and Fairness with the flow schema that puts
+//! the nodes' requests on that resource in it.
 //!
 //! Versioning: `v1alpha1` is served and stored. A later version adds fields only
 //! (never renames or removes one), so the apiserver converts between versions with the
@@ -15,9 +17,20 @@ pub const NODES_GROUP: &str = "system:nodes";
 /// The ClusterRole (and its binding) the manifests create.
 pub const ROLE_NAME: &str = "wasm-ipam-node";
 
-/// The CRD, the ClusterRole and its binding to `NODES_GROUP`, as YAML documents.
+/// The PriorityLevelConfiguration and the FlowSchema (same name) the manifests create.
+pub const FLOW_NAME: &str = "wasm-ipam";
+/// The FlowSchema's matchingPrecedence: below (ahead of) the built-in `system-nodes`
+/// (500), which takes every other request of `NODES_GROUP`; the built-in schemas
+/// ahead of it (`system-node-high` at 400 and the leader-election ones) match other
+/// resources, and a cluster's own schema below 450 still wins over this one.
+pub const FLOW_PRECEDENCE: u32 = 450;
+/// The verbs the store's requests use on its resource (RBAC and flow schema alike).
+const VERBS: &str = "[get, list, create, update, delete]";
+
+/// The CRD, the ClusterRole and its binding to `NODES_GROUP`, and the priority level
+/// with its flow schema, as YAML documents.
 pub fn all() -> String {
-    format!("{}---\n{}", crd(), rbac())
+    format!("{}---\n{}---\n{}", crd(), rbac(), flow_control())
 }
 
 pub fn crd() -> String {
@@ -139,7 +152,7 @@ metadata:
 rules:
 - apiGroups: [{GROUP}]
   resources: [{PLURAL}]
-  verbs: [get, list, create, update, delete]
+  verbs: {VERBS}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -153,6 +166,71 @@ subjects:
 - apiGroup: rbac.authorization.k8s.io
   kind: Group
   name: {NODES_GROUP}
+"#
+    )
+}
+
+/// API Priority and Fairness for the nodes' requests on the store's resource: a
+/// priority level of their own, so a herd of pod starts neither waits behind the
+/// kubelets' other requests in the built-in `system` level (where `system-nodes` puts
+/// everything of `NODES_GROUP`) nor takes that level's seats from node heartbeats
+/// and pod status.
+///
+/// The values, against the levels the apiserver ships (`system` 30 shares, `node-high`
+/// 40, `workload-high` 40, `workload-low` 100, `global-default` 20, `leader-election`
+/// 10; queues 64 or 128, hand 6, 50 long, except leader-election's 16, 4, 50):
+/// - 10 shares, leader-election's: about 4% of the apiserver's seats (24 of the
+///   default 600). A request reads or writes one object, and a node makes at most
+///   `qps` (default 5) a second, so the level serves hundreds of nodes' steady calls
+///   at once; a cluster that needs more raises the shares.
+/// - `lendablePercent` 50, as `global-default` and `workload-high`: half its seats go
+///   to busier levels while the nodes are quiet. Borrowing is left unlimited: a level
+///   only borrows seats another lends while idle.
+/// - Queue, not Reject, so a burst waits a moment instead of failing; 16 queues with
+///   hands of 4, leader-election's, for the nodes' flows (`ByUser`: one per node),
+///   so a node that floods has all 4 of its queues shared with a given other node
+///   in 1 of 1820 deals;
+///   and short queues (10): a call has seconds (`timeoutSeconds`, default 5), a
+///   request queued longer is one the node has given up on, and a full queue answers
+///   429 with a Retry-After the store waits out within the call's budget.
+pub fn flow_control() -> String {
+    format!(
+        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: {FLOW_NAME}
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 10
+    lendablePercent: 50
+    limitResponse:
+      type: Queue
+      queuing:
+        queues: 16
+        handSize: 4
+        queueLengthLimit: 10
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: {FLOW_NAME}
+spec:
+  priorityLevelConfiguration:
+    name: {FLOW_NAME}
+  matchingPrecedence: {FLOW_PRECEDENCE}
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: Group
+      group:
+        name: {NODES_GROUP}
+    resourceRules:
+    - apiGroups: [{GROUP}]
+      resources: [{PLURAL}]
+      verbs: {VERBS}
+      clusterScope: true
 "#
     )
 }
