@@ -47,18 +47,19 @@ impl NodeUsage {
         self.entries > 0 || self.bytes > 0
     }
 
-    /// The size a commit changing `key` from `old` to `new` adds (negative: removes).
-    pub fn of_change(key: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> NodeUsage {
-        let mut delta = NodeUsage::default();
-        if let Some(old) = old {
-            delta.entries -= 1;
-            delta.bytes -= super::entry_bytes(key, old) as i64;
+    /// The size a commit adds (negative: removes) by changing `key` from a value of
+    /// `old` bytes to one of `new` bytes (`None`: absent).
+    pub fn of_change(key: &str, old: Option<u64>, new: Option<u64>) -> NodeUsage {
+        let size = |len: Option<u64>| match len {
+            Some(len) => (1, (key.len() as u64 + len) as i64),
+            None => (0, 0),
+        };
+        let ((old_entries, old_bytes), (new_entries, new_bytes)) = (size(old), size(new));
+        NodeUsage {
+            entries: new_entries - old_entries,
+            bytes: new_bytes - old_bytes,
+            last: None,
         }
-        if let Some(new) = new {
-            delta.entries += 1;
-            delta.bytes += super::entry_bytes(key, new) as i64;
-        }
-        delta
     }
 }
 
@@ -206,12 +207,12 @@ mod tests {
 
     #[test]
     fn a_change_counts_what_it_adds_and_what_it_replaces() {
-        let put = NodeUsage::of_change("ab", None, Some(b"xyz"));
+        let put = NodeUsage::of_change("ab", None, Some(3));
         assert_eq!((put.entries, put.bytes), (1, 5));
-        let replace = NodeUsage::of_change("ab", Some(b"xyz"), Some(b"x"));
+        let replace = NodeUsage::of_change("ab", Some(3), Some(1));
         assert_eq!((replace.entries, replace.bytes), (0, -2));
         assert!(!replace.grows());
-        let delete = NodeUsage::of_change("ab", Some(b"x"), None);
+        let delete = NodeUsage::of_change("ab", Some(1), None);
         assert_eq!((delete.entries, delete.bytes), (-1, -3));
         assert_eq!(NodeUsage::of_change("ab", None, None), NodeUsage::default());
     }

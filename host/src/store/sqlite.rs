@@ -28,7 +28,7 @@
 use super::commit::{NodeUsage, Prepared, too_late};
 use super::{
     AttachmentChange, AttachmentRecord, Changes, IfMissing, Local, Quota, ServedBy, Store, Usage,
-    Written, entry_bytes, legacy, store_error,
+    Written, legacy, store_error,
 };
 use crate::error::{CniError, code};
 use crate::files;
@@ -607,14 +607,8 @@ impl Store for SqliteStore {
                     .query_row([network, key], |r| r.get(0))
                     .optional()
                     .map_err(&fail)?;
-                if let Some(len) = old {
-                    delta.entries -= 1;
-                    delta.bytes -= (key.len() as u64 + len as u64) as i64;
-                }
-                if let Some(value) = change {
-                    delta.entries += 1;
-                    delta.bytes += entry_bytes(key, value) as i64;
-                }
+                let new = change.as_ref().map(|v| v.len() as u64);
+                delta = delta.plus(NodeUsage::of_change(key, old.map(|l| l as u64), new));
             }
         }
         Ok(Box::new(SqliteCommit {

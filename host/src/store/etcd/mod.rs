@@ -1068,14 +1068,9 @@ impl Store for EtcdStore {
             let state = self.state.borrow();
             for (key, change) in changes {
                 let (revision, old_len) = state.reads[&self.entry_key(network, key)];
-                if revision != 0 {
-                    delta.entries -= 1;
-                    delta.bytes -= (key.len() as u64 + old_len) as i64;
-                }
-                if let Some(value) = change {
-                    delta.entries += 1;
-                    delta.bytes += super::entry_bytes(key, value) as i64;
-                }
+                let old = (revision != 0).then_some(old_len);
+                let new = change.as_ref().map(|v| v.len() as u64);
+                delta = delta.plus(NodeUsage::of_change(key, old, new));
             }
         }
         Ok(Box::new(EtcdCommit {

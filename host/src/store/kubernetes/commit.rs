@@ -11,7 +11,7 @@ use super::reads::Located;
 use super::state::{KubernetesStore, Pending, Read};
 use crate::error::{CniError, code};
 use crate::store::commit::{Prepared, others_may_stand_in, too_late};
-use crate::store::{Changes, Quota, Usage, Written, entry_bytes};
+use crate::store::{Changes, Quota, Usage, Written};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -164,14 +164,9 @@ impl KubernetesStore {
         for (group, group_changes) in &by_group {
             let (located, old) = self.group(network, group, true)?;
             for change in group_changes {
-                if let Some(value) = old.get(&change.key) {
-                    delta.entries -= 1;
-                    delta.bytes -= entry_bytes(&change.key, value) as i64;
-                }
-                if let Some(value) = changes[&change.key].as_deref() {
-                    delta.entries += 1;
-                    delta.bytes += entry_bytes(&change.key, value) as i64;
-                }
+                let was = old.get(&change.key).map(|v| v.len() as u64);
+                let new = changes[&change.key].as_ref().map(|v| v.len() as u64);
+                delta = delta.plus(NodeUsage::of_change(&change.key, was, new));
             }
             let puts = group_changes.iter().any(|c| c.put.is_some());
             let anchor = Place::entries(network, group);
