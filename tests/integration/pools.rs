@@ -894,3 +894,56 @@ fn a_sticky_hold_expires_after_its_seconds_and_gc_releases_what_no_pod_runs(stor
     let (ok, stdout, stderr) = cluster.operator(1, &["store", "check"]);
     assert!(ok, "{stdout} {stderr}");
 }
+
+on_both_stores!(the_quota_counts_every_nodes_entries_and_a_release_always_commits);
+/// `storeQuotaEntries` holds across the cluster (docs/cluster.md, "Quotas"): two nodes
+/// adding in turn are refused with 108 once the network's entries, summed over both,
+/// would pass it; nothing of a refused call is left; a DEL past the quota commits,
+/// and makes room for the next ADD.
+fn the_quota_counts_every_nodes_entries_and_a_release_always_commits(store: &ClusterStore) {
+    const QUOTA: usize = 24;
+    let ipam = json!({"cidr": "10.88.0.0/24", "blockSize": 28, "storeQuotaEntries": QUOTA});
+    let cluster = store.cluster("p-quota", 2, &ipam);
+    let confs = &cluster.confs;
+    let mut added = Vec::new();
+    let refused = loop {
+        let n = added.len();
+        let id = format!("q-c{n}");
+        let reply = Call::new("ADD", &id).run(&confs[n % 2]);
+        let held = cluster.keys("").len();
+        assert!(held <= QUOTA, "{held} entries after ADD {n}, over {QUOTA}");
+        if !reply.success {
+            break reply;
+        }
+        added.push(id);
+        assert!(added.len() < QUOTA, "no ADD was refused");
+    };
+    assert_eq!(refused.error_code(), 108, "{refused:?}");
+    assert!(
+        refused.msg().contains("storeQuotaEntries")
+            && refused.msg().contains("nothing was committed"),
+        "{refused:?}"
+    );
+    let full = cluster.keys("");
+    eprintln!(
+        "{} ADDs on two nodes held {} of {QUOTA} entries",
+        added.len(),
+        full.len()
+    );
+    assert!(added.len() >= 2, "both nodes added: {added:?}");
+    // The refused call left nothing; a second try is refused the same way.
+    let again = Call::new("ADD", "q-again").run(&confs[added.len() % 2]);
+    assert_eq!(again.error_code(), 108, "{again:?}");
+    assert_eq!(cluster.keys(""), full, "a refused ADD wrote nothing");
+    // Releasing is never refused, and frees room for the next ADD, on either node.
+    let last = added.pop().unwrap();
+    Call::new("DEL", &last)
+        .run(&confs[added.len() % 2])
+        .assert_ok();
+    assert!(cluster.keys("").len() < full.len());
+    Call::new("ADD", &last)
+        .run(&confs[added.len() % 2])
+        .assert_ok();
+    let (ok, stdout, stderr) = cluster.operator(0, &["store", "check"]);
+    assert!(ok, "{stdout} {stderr}");
+}
