@@ -1253,6 +1253,83 @@ webhooks:
     );
     assert!(objects_on(&own, network).is_empty(), "nothing committed");
 
+    // Writes alone refused: the node's reads are served, its first write (the home's
+    // create) meets the 429s, and the call still answers 11 before its bound with
+    // nothing committed.
+    own.apply(&format!(
+        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata:
+  name: wasm-ipam-test-429
+spec:
+  priorityLevelConfiguration:
+    name: {NO_SEATS}
+  matchingPrecedence: 100
+  distinguisherMethod:
+    type: ByUser
+  rules:
+  - subjects:
+    - kind: User
+      user:
+        name: {holder_user}
+    resourceRules:
+    - verbs: ["*"]
+      apiGroups: ["*"]
+      resources: ["*"]
+      clusterScope: true
+      namespaces: ["*"]
+  - subjects:
+    - kind: User
+      user:
+        name: "{user}"
+    resourceRules:
+    - verbs: [create, update, delete]
+      apiGroups: ["*"]
+      resources: ["*"]
+      clusterScope: true
+      namespaces: ["*"]
+"#
+    ));
+    // The apiserver takes the new rules up on its own time: until then the reads are
+    // still refused.
+    let changed = Instant::now();
+    let (refused, record) = loop {
+        let refused = Call::new("ADD", "pod").run(&conf);
+        let record = node.log_lines("invocation").pop().unwrap();
+        assert_eq!(refused.error_code(), 11, "{refused:?}");
+        if !refused.msg().contains("get ipamshards") {
+            break (refused, record);
+        }
+        assert!(
+            changed.elapsed() < Duration::from_secs(30),
+            "the node's reads still refused 30 s after the flow schema changed"
+        );
+    };
+    eprintln!("writes refused: {refused:?}\n{record}");
+    assert!(
+        refused.msg().contains("post ipamshards") || refused.msg().contains("put ipamshards"),
+        "{refused:?}"
+    );
+    let msg = refused.msg();
+    assert!(
+        msg.contains("HTTP 429")
+            && msg.contains("nothing was committed")
+            && !msg.contains("ran out"),
+        "{refused:?}"
+    );
+    // The write's bound is timeoutSeconds (3 s) from its first try: two waits of a
+    // second fit in it, and they are counted as waits; the reads before it were served.
+    let waited = record["kube_rate_wait_ms"].as_f64().unwrap();
+    let hold = record["lock_hold_ms"].as_f64().unwrap();
+    assert!(waited >= 2000.0 && hold < 3000.0 + 1000.0, "{record}");
+    assert!(record["kube_requests"].as_u64().unwrap() >= 4, "{record}");
+    assert!(
+        holding.0.try_wait().unwrap().is_none(),
+        "the held request ended after {:?}",
+        held_since.elapsed()
+    );
+    assert!(objects_on(&own, network).is_empty(), "nothing committed");
+
     // Served again: the same ADD succeeds, and the store is sound.
     drop(holding);
     let out = own.kubectl(&["delete", "flowschema", "wasm-ipam-test-429"]);
