@@ -405,6 +405,14 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
     // Nodes 1 and 2 ADD 24 pods each and DEL every third one's predecessor; node 0
     // ADDs 30 and keeps them, more than its two blocks hold, so it borrows. The
     // reservation is made once every node has 5 pods, while the churn goes on.
+    // Node 0 borrows (its pods from the 27th on) only once nodes 1 and 2 have each made
+    // 22 ADDs, so 15 pods live, more than one block holds: else a node 0 that ran
+    // ahead could find every other node's claimed block full while the pool's free
+    // addresses lie in blocks they had not claimed yet, and its ADD is refused with
+    // 143, rightly (seen once under a loaded suite).
+    const BORROWS_FROM: usize = 26;
+    const OTHERS_ADDED: usize = 22;
+    let added: [std::sync::atomic::AtomicUsize; 3] = Default::default();
     let (ready, started) = std::sync::mpsc::channel();
     let mut reserved_at = None;
     let holds: Vec<Hold> = std::thread::scope(|s| {
@@ -412,14 +420,29 @@ fn a_reservation_made_while_nodes_churn_is_never_handed_out_and_no_address_is_he
             .map(|n| {
                 let conf = &confs[n];
                 let ready = ready.clone();
+                let added = &added;
                 s.spawn(move || {
                     let mut holds: Vec<Hold> = Vec::new();
                     let (pods, deletes) = if n == 0 { (30, false) } else { (24, true) };
                     for i in 0..pods {
+                        if n == 0 && i == BORROWS_FROM {
+                            let waited = Instant::now();
+                            while added[1..]
+                                .iter()
+                                .any(|a| a.load(std::sync::atomic::Ordering::SeqCst) < OTHERS_ADDED)
+                            {
+                                assert!(
+                                    waited.elapsed() < Duration::from_secs(300),
+                                    "nodes 1 and 2 made no {OTHERS_ADDED} ADDs in 300 s"
+                                );
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                        }
                         let pod = format!("n{n}-p{i}");
                         let add_start = Instant::now();
                         let reply = Call::new("ADD", &pod).run(conf);
                         let address = reply.assert_ok().address().to_string();
+                        added[n].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         holds.push(Hold {
                             pod,
                             address,
