@@ -907,15 +907,14 @@ fn a_sticky_hold_expires_after_its_seconds_and_gc_releases_what_no_pod_runs(stor
             .all(|k| k.contains(&ids[0]) || k.contains(&ids[1])),
         "{kept:?}"
     );
-    // A second run finds nothing more, and the store is sound.
+    // A second run finds nothing more. (No `store check` here: it looks at every
+    // network of the store, and the other tests' networks commit meanwhile.)
     let (ok, stdout, stderr) = cluster.operator(
         1,
         &["gc", "--valid-from", &listed, "--grace", "0s", "--json"],
     );
     assert!(ok, "{stderr}");
     assert_eq!(serde_json::from_str::<Value>(&stdout).unwrap(), json!([]));
-    let (ok, stdout, stderr) = cluster.operator(1, &["store", "check"]);
-    assert!(ok, "{stdout} {stderr}");
 }
 
 on_both_stores!(the_quota_counts_every_nodes_entries_and_a_release_always_commits);
@@ -967,6 +966,5 @@ fn the_quota_counts_every_nodes_entries_and_a_release_always_commits(store: &Clu
     Call::new("ADD", &last)
         .run(&confs[added.len() % 2])
         .assert_ok();
-    let (ok, stdout, stderr) = cluster.operator(0, &["store", "check"]);
-    assert!(ok, "{stdout} {stderr}");
+    assert_eq!(cluster.keys(""), full, "the room the DEL made, taken again");
 }
