@@ -924,6 +924,13 @@ fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Entries no usage row counts yet: check names the mismatch (code 104).
+    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
+    assert!(
+        !ok && stderr.contains("code 104")
+            && stderr.contains(&format!("network \"{network}\": its usage records")),
+        "{stdout}{stderr}"
+    );
     let patch = json!({"spec": {"usage": usage}});
     let out = own.kubectl(&[
         "patch",
