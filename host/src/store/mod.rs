@@ -395,15 +395,30 @@ fn missing(path: &Path) -> CniError {
 /// Every network whose recorded usage (what the quota check reads) differs from the
 /// entries it holds.
 fn usage_problems(store: &dyn Store) -> Result<Vec<String>, CniError> {
-    let mut counted: BTreeMap<String, Usage> = BTreeMap::new();
-    for (network, key, value) in store.entries(None)? {
+    let entries = store.entries(None)?;
+    usage_mismatches(
+        entries
+            .iter()
+            .map(|(n, k, v)| (n.as_str(), k.as_str(), v.as_slice())),
+        |network| store.usage(network),
+    )
+}
+
+/// Every network among `entries` (network, key, value) whose usage as `recorded`
+/// gives it differs from the entries it holds there.
+fn usage_mismatches<'a>(
+    entries: impl IntoIterator<Item = (&'a str, &'a str, &'a [u8])>,
+    recorded: impl Fn(&str) -> Result<Usage, CniError>,
+) -> Result<Vec<String>, CniError> {
+    let mut counted: BTreeMap<&str, Usage> = BTreeMap::new();
+    for (network, key, value) in entries {
         let usage = counted.entry(network).or_default();
         usage.entries += 1;
-        usage.bytes += entry_bytes(&key, &value);
+        usage.bytes += entry_bytes(key, value);
     }
     let mut problems = Vec::new();
     for (network, actual) in counted {
-        let recorded = store.usage(&network)?;
+        let recorded = recorded(network)?;
         if recorded != actual {
             problems.push(format!(
                 "network {network:?}: its usage records {} entries of {} bytes, it holds {} of {}",

@@ -655,8 +655,7 @@ fn sum(rows: &[(String, NodeUsage, i64)], own: &str) -> (NodeUsage, NodeUsage, i
     let mut mine = NodeUsage::default();
     let mut revision = 0;
     for (node, usage, rev) in rows {
-        total.entries += usage.entries;
-        total.bytes += usage.bytes;
+        total = total.plus(*usage);
         if node == own {
             mine = *usage;
             revision = *rev;
@@ -719,9 +718,8 @@ impl Prepared for EtcdCommit<'_> {
             })
             .collect();
         let mine = NodeUsage {
-            entries: mine.entries + delta.entries,
-            bytes: mine.bytes + delta.bytes,
             last: Some(crate::health::unix_now()),
+            ..mine.plus(delta)
         };
         let own_row = serde_json::to_vec(&mine).expect("serialisable");
         ops.push(TxnOp::put(own_key.clone(), own_row.clone(), None));

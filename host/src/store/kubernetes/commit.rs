@@ -268,11 +268,9 @@ impl KubernetesStore {
     /// The home as a commit leaves it: the node's usage, when it last committed, the
     /// module that served it, the commit's id.
     pub(super) fn stamp(&self, network: &str, spec: &mut Spec, delta: NodeUsage, commit: &str) {
-        let usage = spec.usage.unwrap_or_default();
         spec.usage = Some(NodeUsage {
-            entries: usage.entries + delta.entries,
-            bytes: usage.bytes + delta.bytes,
             last: Some(crate::health::unix_now()),
+            ..spec.usage.unwrap_or_default().plus(delta)
         });
         // Which module served the network, as this node ran it: kept in its own home,
         // so no call writes a shared record.

@@ -99,37 +99,27 @@ impl KubernetesStore {
     fn usage_mismatches(&self) -> Result<Vec<String>, CniError> {
         let mut shards = self.api.list(&select(Role::Entries, None))?;
         shards.extend(self.api.list(&select(Role::Node, None))?);
-        let mut held: BTreeMap<String, Usage> = BTreeMap::new();
-        let mut recorded: BTreeMap<String, NodeUsage> = BTreeMap::new();
+        let mut recorded: BTreeMap<&str, NodeUsage> = BTreeMap::new();
+        let mut entries = Vec::new();
         for shard in &shards {
-            let network = &shard.spec.network;
-            let counted = held.entry(network.clone()).or_default();
+            let network = shard.spec.network.as_str();
             // An object that does not parse is named by the check's first part.
-            for (key, value) in shard
+            let held = shard
                 .spec
                 .entry_map(&shard.metadata.name)
-                .unwrap_or_default()
-            {
-                counted.entries += 1;
-                counted.bytes += super::entry_bytes(&key, &value);
-            }
+                .unwrap_or_default();
+            entries.extend(held.into_iter().map(|(key, value)| (network, key, value)));
             if let Some(usage) = shard.spec.usage {
-                let row = recorded.entry(network.clone()).or_default();
+                let row = recorded.entry(network).or_default();
                 *row = row.plus(usage);
             }
         }
-        Ok(held
-            .into_iter()
-            .filter_map(|(network, actual)| {
-                let recorded = Usage::from(recorded.get(&network).copied().unwrap_or_default());
-                (recorded != actual).then(|| {
-                    format!(
-                        "network {network:?}: its usage records {} entries of {} bytes, it holds {} of {}",
-                        recorded.entries, recorded.bytes, actual.entries, actual.bytes
-                    )
-                })
-            })
-            .collect())
+        super::usage_mismatches(
+            entries
+                .iter()
+                .map(|(n, k, v)| (*n, k.as_str(), v.as_slice())),
+            |network| Ok(recorded.get(network).copied().unwrap_or_default().into()),
+        )
     }
 }
 

@@ -127,9 +127,7 @@ pub(super) fn sum(rows: &[Shard], own: &str) -> (NodeUsage, Option<Shard>) {
     let mut total = NodeUsage::default();
     let mut mine = None;
     for row in rows {
-        let usage = row.spec.usage.unwrap_or_default();
-        total.entries += usage.entries;
-        total.bytes += usage.bytes;
+        total = total.plus(row.spec.usage.unwrap_or_default());
         if row.spec.group == own {
             mine = Some(row.clone());
         }
