@@ -1063,21 +1063,11 @@ fn answers_429_are_waited_out_after_the_lock_and_one_that_cannot_fit_answers_11_
             )
         })
         .collect();
-    own.apply(&format!(
-        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
-kind: PriorityLevelConfiguration
-metadata:
-  name: {NO_SEATS}
-spec:
-  type: Limited
-  limited:
-    nominalConcurrencyShares: 0
-    lendablePercent: 0
-    borrowingLimitPercent: 0
-    limitResponse:
-      type: Reject
----
-apiVersion: flowcontrol.apiserver.k8s.io/v1
+    // The test's flow schema, ahead of every other, puts what `rules` match in the
+    // level without seats.
+    let flow_schema = |rules: &str| {
+        format!(
+            r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
 kind: FlowSchema
 metadata:
   name: wasm-ipam-test-429
@@ -1088,7 +1078,11 @@ spec:
   distinguisherMethod:
     type: ByUser
   rules:
-  - subjects:
+{rules}"#
+        )
+    };
+    let all_to_no_seats = flow_schema(&format!(
+        r#"  - subjects:
     - kind: User
       user:
         name: "{user}"
@@ -1104,7 +1098,23 @@ spec:
     nonResourceRules:
     - verbs: ["*"]
       nonResourceURLs: ["*"]
+"#
+    ));
+    own.apply(&format!(
+        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata:
+  name: {NO_SEATS}
+spec:
+  type: Limited
+  limited:
+    nominalConcurrencyShares: 0
+    lendablePercent: 0
+    borrowingLimitPercent: 0
+    limitResponse:
+      type: Reject
 ---
+{all_to_no_seats}---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
@@ -1263,19 +1273,8 @@ webhooks:
     // Writes alone refused: the node's reads are served, its first write (the home's
     // create) meets the 429s, and the call still answers 11 before its bound with
     // nothing committed.
-    own.apply(&format!(
-        r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
-kind: FlowSchema
-metadata:
-  name: wasm-ipam-test-429
-spec:
-  priorityLevelConfiguration:
-    name: {NO_SEATS}
-  matchingPrecedence: 100
-  distinguisherMethod:
-    type: ByUser
-  rules:
-  - subjects:
+    own.apply(&flow_schema(&format!(
+        r#"  - subjects:
     - kind: User
       user:
         name: {holder_user}
@@ -1296,7 +1295,7 @@ spec:
       clusterScope: true
       namespaces: ["*"]
 "#
-    ));
+    )));
     // The apiserver takes the new rules up on its own time: until then the reads are
     // still refused.
     let changed = Instant::now();
