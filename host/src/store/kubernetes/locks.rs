@@ -15,6 +15,8 @@ const LOCK_GRACE: u64 = 30;
 const ABORTED_KEPT: usize = 16;
 /// The pause before a call runs again after meeting a lock still in force.
 pub(super) const LOCKED_PAUSE: Duration = Duration::from_millis(50);
+/// How many times an unlock is written, each on the version the last one met.
+const UNLOCK_TRIES: usize = 3;
 
 impl KubernetesStore {
     /// Finishes (or undoes) the commit this node's last call left, before anything
@@ -89,13 +91,11 @@ impl KubernetesStore {
             self.spoil(&deciding, decider, &lock.commit)?;
         }
         // Undone: the object as it was before the lock.
-        let mut unlocked = shard.clone();
-        unlocked.spec.lock = None;
-        match self.api.replace(&unlocked) {
-            Ok(shard) => Ok(Some(shard)),
-            Err(WriteFailure::Conflict | WriteFailure::Unknown(_)) => self.reread(&shard),
-            Err(WriteFailure::Failed(e)) => Err(e),
-        }
+        self.rewrite(shard, |locked| {
+            let mut unlocked = locked.clone();
+            unlocked.spec.lock = None;
+            self.api.replace(&unlocked).map(Some)
+        })
     }
 
     /// Writes what a decided commit changes in the object it locked, unlocking it.
@@ -104,40 +104,53 @@ impl KubernetesStore {
         shard: Shard,
         decision: &Decision,
     ) -> Result<Option<Shard>, CniError> {
-        let done = finished(&shard, decision);
-        let written = match done.spec.role == Role::Entries
-            && done.spec.entries.is_empty()
-            && done.spec.home.is_none()
-        {
-            true => self
-                .api
-                .delete(&done.metadata.name, &shard.rv())
-                .map(|()| None),
-            false => self.api.replace(&done).map(Some),
-        };
-        match written {
-            Ok(shard) => Ok(shard),
-            // Someone else finished it first, or the answer was lost: look.
-            Err(WriteFailure::Conflict | WriteFailure::Unknown(_)) => self.reread(&shard),
-            Err(WriteFailure::Failed(e)) => Err(e),
-        }
+        self.rewrite(shard, |locked| {
+            let done = finished(locked, decision);
+            match done.spec.role == Role::Entries
+                && done.spec.entries.is_empty()
+                && done.spec.home.is_none()
+            {
+                true => self
+                    .api
+                    .delete(&done.metadata.name, &locked.rv())
+                    .map(|()| None),
+                false => self.api.replace(&done).map(Some),
+            }
+        })
     }
 
-    /// The object after a write that conflicted or whose answer was lost: done when
-    /// its lock is gone (it is no longer this call's to write).
-    pub(super) fn reread(&self, shard: &Shard) -> Result<Option<Shard>, CniError> {
-        match self.api.get(&shard.metadata.name)? {
-            Some(now) if now.spec.lock.is_some() && now.spec.lock == shard.spec.lock => {
-                Err(CniError::new(
-                    code::TRY_AGAIN_LATER,
-                    format!(
-                        "kubernetes: {PLURAL}/{} could not be unlocked; the next call tries again",
-                        shard.metadata.name
-                    ),
-                ))
+    /// Writes `shard` unlocked by `write`, conditional on its version. A write that
+    /// conflicted or whose answer was lost is looked at: done when the lock is gone
+    /// (someone else finished or undid it: no longer this call's to write); written
+    /// again on the version read when the same lock is still there, for a locked
+    /// object's version also changes under its lock: a node's home is the deciding
+    /// object of that node's commits, and spoiling one of them writes it (a full run
+    /// answered 11 here once, when the first conflict was final).
+    fn rewrite(
+        &self,
+        mut shard: Shard,
+        write: impl Fn(&Shard) -> Result<Option<Shard>, WriteFailure>,
+    ) -> Result<Option<Shard>, CniError> {
+        for _ in 0..UNLOCK_TRIES {
+            match write(&shard) {
+                Ok(written) => return Ok(written),
+                Err(WriteFailure::Failed(e)) => return Err(e),
+                Err(WriteFailure::Conflict | WriteFailure::Unknown(_)) => {}
             }
-            other => Ok(other),
+            match self.api.get(&shard.metadata.name)? {
+                Some(now) if now.spec.lock.is_some() && now.spec.lock == shard.spec.lock => {
+                    shard = now;
+                }
+                other => return Ok(other),
+            }
         }
+        Err(CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "kubernetes: {PLURAL}/{} could not be unlocked in {UNLOCK_TRIES} writes; the next call tries again",
+                shard.metadata.name
+            ),
+        ))
     }
 
     /// Makes sure `commit` of the node whose object is `deciding` can never be
