@@ -40,5 +40,6 @@ mod static_parity;
 mod static_py;
 mod status;
 mod store;
+mod store_migrate;
 mod supply_chain;
 mod tutorial;

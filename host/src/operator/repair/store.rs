@@ -1,5 +1,6 @@
-//! `wasm-ipam store check | backup | restore`: the store's own repair (SECURITY.md,
-//! "When the store is damaged"), each under the host-wide lock, on the store a
+//! `wasm-ipam store check | backup | restore | migrate`: the store's own repair
+//! (SECURITY.md, "When the store is damaged") and its move from one cluster store to
+//! the other ([`super::migrate`]), each under the host-wide lock, on the store a
 //! netconf's calls use (`--netconf`) or the embedded one in `--data-dir`. `check` and
 //! `backup` create nothing: a store that does not exist is an error naming it. What
 //! differs per store is the store's own ([`crate::store::Store`]): the etcd store is
@@ -51,6 +52,28 @@ pub enum StoreCommand {
         #[arg(long)]
         from: PathBuf,
     },
+    /// Move a cluster's IPAM from one cluster store to the other (etcd to
+    /// Kubernetes, or back), offline: every network the old store holds, every entry
+    /// as it is, checked key by key after. Refused while any node has committed a
+    /// call within --idle.
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// A network configuration (or conflist) on the old store: its `ipam.store`
+        /// (and `ipam.lockFile`, taken while the copy runs).
+        #[arg(long)]
+        netconf: PathBuf,
+        /// A network configuration (or conflist) on the new store: its `ipam.store`
+        /// and `ipam.nodeName` (the node the copy's commits are recorded as).
+        #[arg(long)]
+        to: PathBuf,
+        /// How long every node must have been quiet (no committed call).
+        #[arg(long, default_value = super::migrate::DEFAULT_IDLE, value_parser = humantime::parse_duration)]
+        idle: std::time::Duration,
+        /// How long the whole move may take, its requests to both stores included.
+        #[arg(long, default_value = super::migrate::DEFAULT_TIMEOUT, value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
 }
 
 impl StoreCommand {
@@ -90,6 +113,17 @@ impl StoreCommand {
                     kept.display()
                 )
                 .into())
+            }
+            StoreCommand::Migrate {
+                store,
+                netconf,
+                to,
+                idle,
+                timeout,
+            } => {
+                let from = store.place_for(Some(&netconf))?;
+                let to = store.place_for(Some(&to))?;
+                Ok(super::migrate::migrate(&from, &to, idle, timeout)?.into())
             }
         }
     }

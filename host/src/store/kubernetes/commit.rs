@@ -177,8 +177,36 @@ impl KubernetesStore {
                 && old.is_empty()
                 && located != Located::Own
                 && roomy(&own_spec);
+            // A group in an object of its own that a runtime's call changes (one copied
+            // there by `store migrate`, or left there while the home was full) is
+            // taken into this node's home with its entries, once, while the home stays
+            // under half full with them: from then on its changes are the home's one
+            // write, not a commit across objects.
+            let adopted = self.homing
+                && located == Located::Shared
+                && !old.is_empty()
+                && roomy(&{
+                    let mut with = own_spec.clone();
+                    with.apply(&as_puts(&old));
+                    with
+                });
             match located {
                 Located::Own => own_spec.apply(group_changes),
+                Located::Shared if adopted => {
+                    targets.insert(anchor.name(), self.load(&anchor, true)?);
+                    decision.homes.insert(anchor.name(), self.node.clone());
+                    // Its entries leave the group's object: it names the home instead.
+                    decision
+                        .changes
+                        .entry(anchor.name())
+                        .or_default()
+                        .extend(old.keys().map(|key| Change {
+                            key: key.clone(),
+                            put: None,
+                        }));
+                    own_spec.apply(&as_puts(&old));
+                    own_spec.apply(group_changes);
+                }
                 _ if homed_here => {
                     targets.insert(anchor.name(), self.load(&anchor, true)?);
                     decision.homes.insert(anchor.name(), self.node.clone());
@@ -212,6 +240,55 @@ impl KubernetesStore {
                         .or_default()
                         .extend(group_changes.iter().cloned());
                 }
+            }
+        }
+        // A group in an object of its own, named after this node (cluster-pool's
+        // `aff/<node>`), that this call only read: taken into the home too, so the
+        // node's steady calls read nothing but their home. Only one named after this
+        // node: a group of the network's or another node's would leave the node that
+        // changes it most committing across objects.
+        // Read or peeked: the lock the commit takes on it checks its version either way.
+        if self.homing {
+            let named_here: Vec<Read> = {
+                let state = self.state.borrow();
+                let mut found: BTreeMap<String, Read> = BTreeMap::new();
+                for (name, read) in state.peeked.iter().chain(state.read.iter()) {
+                    if read.place.role == Role::Entries
+                        && !by_group.contains_key(read.place.group.as_str())
+                        && read
+                            .place
+                            .group
+                            .split('/')
+                            .any(|segment| segment == self.node)
+                        && read.shard.as_ref().is_some_and(|s| {
+                            s.spec.home.is_none()
+                                && s.spec.lock.is_none()
+                                && !s.spec.entries.is_empty()
+                        })
+                    {
+                        found.insert(name.clone(), read.clone());
+                    }
+                }
+                found.into_values().collect()
+            };
+            for read in named_here {
+                let mut with = own_spec.clone();
+                with.apply(&as_puts(&read.entries));
+                if !roomy(&with) {
+                    continue;
+                }
+                let name = read.place.name();
+                decision.homes.insert(name.clone(), self.node.clone());
+                decision
+                    .changes
+                    .entry(name.clone())
+                    .or_default()
+                    .extend(read.entries.keys().map(|key| Change {
+                        key: key.clone(),
+                        put: None,
+                    }));
+                own_spec = with;
+                targets.insert(name, read);
             }
         }
         // Every other node's home this attempt read is locked too: that node's
@@ -436,6 +513,17 @@ pub(super) struct Plan {
     pub(super) targets: Vec<Read>,
     pub(super) decision: Decision,
     pub(super) delta: NodeUsage,
+}
+
+/// `entries` as changes that put each of them.
+fn as_puts(entries: &BTreeMap<String, Vec<u8>>) -> Vec<Change> {
+    entries
+        .iter()
+        .map(|(key, value)| Change {
+            key: key.clone(),
+            put: Some(Entry::new(key, value)),
+        })
+        .collect()
 }
 
 /// Whether a home may take a new group: under half of what one object holds.

@@ -1,0 +1,234 @@
+//! `wasm-ipam store migrate --netconf FROM --to TO`: moves a cluster's IPAM from one
+//! cluster store to the other (the etcd store to the Kubernetes store, or back),
+//! offline: every network the old store holds, every entry as it is (addresses,
+//! blocks, sticky entries, reservations: the host copies a module's keys, never
+//! reads them), with the record of which module serves each network.
+//!
+//! - Offline means no node calls meanwhile: a network any node committed to within
+//!   `--idle` is refused, naming the node, and the old store is read again after the
+//!   copy: a commit that landed in between fails the command (the new store then holds
+//!   a copy that is not the whole truth: `forget` it there and run again).
+//! - The new store must hold none of these networks (a copy half done by a failed
+//!   run included: `forget` it there first), or exactly what the old one holds (a
+//!   finished run repeated): then nothing is written.
+//! - The copy is committed a batch of keys at a time, each batch through the new
+//!   store's own commit (atomic, counted in its usage records), and checked whole
+//!   after: the new store's entries equal the old one's, key by key.
+//! - On the Kubernetes store the copied groups lie in objects of their own; each
+//!   node's first call that changes one takes it into its home (one commit across
+//!   objects per group, once), after which its calls write only their home again.
+
+use crate::error::{CniError, code};
+use crate::operator::ask::StoreAndLock;
+use crate::store::{self, Changes, IfMissing, Quota, Store};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// How long every node must have been quiet before its networks are moved
+/// (`--idle`).
+pub const DEFAULT_IDLE: &str = "2m";
+/// How long the whole move may take (`--timeout`).
+pub const DEFAULT_TIMEOUT: &str = "10m";
+/// Keys per commit to the new store: small enough for one etcd transaction at its
+/// default `maxTxnOps` and for one Kubernetes commit's decision record.
+const BATCH_KEYS: usize = 64;
+
+/// Every entry of one store: network → key → value.
+type Snapshot = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
+
+/// Moves every network of `from`'s store to `to`'s; what was moved, as text. Both
+/// stores are opened with `budget` for their requests (the whole command's).
+pub fn migrate(
+    from: &StoreAndLock,
+    to: &StoreAndLock,
+    idle: Duration,
+    budget: Duration,
+) -> Result<String, CniError> {
+    let kind = |place: &StoreAndLock| match &place.store {
+        crate::config::StoreConfig::Etcd(_) => Some("etcd"),
+        crate::config::StoreConfig::Kubernetes(_) => Some("kubernetes"),
+        crate::config::StoreConfig::Embedded => None,
+    };
+    let (Some(from_kind), Some(to_kind)) = (kind(from), kind(to)) else {
+        return Err(CniError::config(
+            "store migrate moves a cluster between the cluster stores (etcd, kubernetes): both --netconf and --to must name one in ipam.store",
+        ));
+    };
+    if from_kind == to_kind {
+        return Err(CniError::config(format!(
+            "--netconf and --to both name the {from_kind} store: store migrate moves a cluster from one cluster store to the other"
+        )));
+    }
+    // This node's calls wait while the copy runs; the other nodes' are found by
+    // their last commits.
+    let _lock = crate::lock::acquire(&from.lock_file, Some(from.lock_timeout))?;
+    let open = |place: &StoreAndLock| {
+        store::select::open(
+            &place.store,
+            &place.data_dir,
+            &place.node,
+            budget,
+            IfMissing::Refuse,
+        )
+    };
+    let old = open(from)?;
+    let mut new = open(to)?;
+    let snapshot = read_all(old.as_ref(), None)?;
+    if snapshot.is_empty() {
+        return Err(CniError::config(format!(
+            "{} holds no network: nothing to move (is --netconf the old store's?)",
+            old.describe()
+        )));
+    }
+    let now = crate::health::unix_now();
+    for network in snapshot.keys() {
+        for (node, last) in store::last_commits(old.as_ref(), network)? {
+            if let Some(refused) = busy(network, &node, last, now, idle) {
+                return Err(refused);
+            }
+        }
+    }
+    let there = snapshot_of(new.as_ref(), &snapshot)?;
+    if there == snapshot {
+        return Ok(format!(
+            "{} already holds every entry of {} (network(s) {}): nothing to do\n",
+            new.describe(),
+            old.describe(),
+            names(&snapshot)
+        ));
+    }
+    if let Some((network, held)) = there.iter().find(|(_, held)| !held.is_empty()) {
+        return Err(CniError::config(format!(
+            "{} already holds {} entries of network {network:?}, not what {} holds: nothing was moved; remove them there first (wasm-ipam forget {network} --netconf TO --force) and run again",
+            new.describe(),
+            held.len(),
+            old.describe()
+        )));
+    }
+    let served = old.served_by()?;
+    let mut out = String::new();
+    for (network, entries) in &snapshot {
+        // A record that does not parse is left behind: the next call writes it anew.
+        if let Some((_, Ok(record))) = served.iter().find(|(name, _)| name == network) {
+            new.record_served_by(network, record);
+        }
+        let keys: Vec<(&String, &Vec<u8>)> = entries.iter().collect();
+        for batch in keys.chunks(BATCH_KEYS) {
+            let changes: Changes = batch
+                .iter()
+                .map(|(key, value)| ((*key).clone(), Some((*value).clone())))
+                .collect();
+            new.commit(network, &changes, Quota::UNLIMITED, &|| false)
+                .map_err(|e| {
+                    CniError::new(
+                        e.code,
+                        format!(
+                            "moving network {network:?} to {}: {}; the new store holds part of it: remove it there (wasm-ipam forget {network} --netconf TO --force) and run again",
+                            new.describe(),
+                            e.msg
+                        ),
+                    )
+                })?;
+        }
+        let _ = writeln!(out, "network {network}: {} entries", entries.len());
+    }
+    if read_all(old.as_ref(), None)? != snapshot {
+        return Err(CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "a node committed to {} while its networks were copied: the copy in {} misses it; remove the copy there (wasm-ipam forget NETWORK --netconf TO --force, for each of {}), stop the nodes' calls and run again",
+                old.describe(),
+                new.describe(),
+                names(&snapshot)
+            ),
+        ));
+    }
+    let copied = snapshot_of(new.as_ref(), &snapshot)?;
+    if copied != snapshot {
+        return Err(CniError::new(
+            code::STORE_FAILURE,
+            format!(
+                "{} does not hold what was copied to it (another writer?): remove the copy there and run again",
+                new.describe()
+            ),
+        ));
+    }
+    let total: usize = snapshot.values().map(BTreeMap::len).sum();
+    let _ = writeln!(
+        out,
+        "moved {total} entries of {} network(s) from {} to {}; point the nodes' ipam.store at the new store (wasm-ipam install --ipam-config) before they call again",
+        snapshot.len(),
+        old.describe(),
+        new.describe()
+    );
+    Ok(out)
+}
+
+/// Why `node`'s last commit to `network` (unix seconds) makes the move unsafe: within
+/// `idle` of `now`, or not recorded at all.
+fn busy(
+    network: &str,
+    node: &str,
+    last: Option<u64>,
+    now: u64,
+    idle: Duration,
+) -> Option<CniError> {
+    let idle_text = humantime::format_duration(idle);
+    let Some(last) = last else {
+        return Some(CniError::config(format!(
+            "node {node}'s last call to network {network:?} is not recorded, so it may still be calling: nothing was moved"
+        )));
+    };
+    let ago = now.saturating_sub(last);
+    (last > now || ago < idle.as_secs()).then(|| {
+        CniError::new(
+            code::TRY_AGAIN_LATER,
+            format!(
+                "node {node} committed a call to network {network:?} {ago} s ago, within --idle {idle_text}: calls are running; nothing was moved (stop the nodes' pod churn, or their kubelets, and run again once they have been quiet that long)"
+            ),
+        )
+    })
+}
+
+/// Every entry `store` holds (of `network` only, when given), by network.
+fn read_all(store: &dyn Store, network: Option<&str>) -> Result<Snapshot, CniError> {
+    let mut all = Snapshot::new();
+    for (network, key, value) in store.entries(network)? {
+        all.entry(network).or_default().insert(key, value);
+    }
+    Ok(all)
+}
+
+/// What `store` holds of the networks `of` names (each present, maybe empty).
+fn snapshot_of(store: &dyn Store, of: &Snapshot) -> Result<Snapshot, CniError> {
+    let mut there = Snapshot::new();
+    for network in of.keys() {
+        let held = read_all(store, Some(network))?
+            .remove(network)
+            .unwrap_or_default();
+        there.insert(network.clone(), held);
+    }
+    Ok(there)
+}
+
+fn names(snapshot: &Snapshot) -> String {
+    snapshot.keys().cloned().collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_quiet_for_the_idle_time_passes_and_one_that_is_not_is_named() {
+        let idle = Duration::from_secs(120);
+        assert!(busy("n", "a", Some(1000), 1120, idle).is_none());
+        let refused = busy("n", "a", Some(1000), 1119, idle).expect("refused");
+        assert_eq!(refused.code, code::TRY_AGAIN_LATER);
+        assert!(refused.msg.contains("node a") && refused.msg.contains("119 s ago"));
+        // A clock behind the node's: not known to be quiet.
+        assert!(busy("n", "a", Some(2000), 1000, idle).is_some());
+        assert!(busy("n", "a", None, 1000, idle).is_some());
+    }
+}
