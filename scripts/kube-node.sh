@@ -2,11 +2,13 @@
 # A one-node Kubernetes cluster of real processes on this machine, with wasm-ipam as
 # the node's IPAM, as kind or minikube would give one but without containers:
 #
-#   scripts/kube-node.sh up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace]
+#   scripts/kube-node.sh up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local] [--replace]
 #       --store: where the network keeps its addresses: local, host-local on the
 #       embedded store; etcd, cluster-pool on the cluster's etcd; kubernetes,
 #       cluster-pool in the Kubernetes API (the store's CRD and RBAC applied, the
 #       netconf's kubeconfig the kubelet's, copied by `wasm-ipam install --kubeconfig`).
+#       --qps, --burst: the cluster store's node-wide request rate (its defaults
+#       when not given: etcd 50 and 100, kubernetes 5 and 100).
 #       --replace: a node already running (another DIR's) is taken down first; without
 #       it `up` refuses one, naming its DIR. A node whose processes are all gone (its
 #       run or its machine stopped before `down`) is always reclaimed.
@@ -32,7 +34,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() {
-  echo "usage: $0 up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
+  echo "usage: $0 up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
   exit 2
 }
 (($# >= 2)) || usage
@@ -203,7 +205,11 @@ wasm_ipam() {
 # conf dir.
 cni() {
   mkdir -p "$dir/cni/bin" "$dir/cni/net.d" "$dir/ipam"
-  local plugin
+  local plugin rate=""
+  # The cluster store's request rate, when asked for (a value is checked by wasm-ipam's
+  # own parsing of the netconf, at install).
+  [[ -n $qps ]] && rate+=", \"qps\": $qps"
+  [[ -n $burst ]] && rate+=", \"burst\": $burst"
   for plugin in bridge ptp loopback host-local portmap; do
     ln -sf "$peers/$plugin" "$dir/cni/bin/$plugin"
   done
@@ -219,20 +225,19 @@ cni() {
   "cidr": "$pod_cidr",
   "blockSize": $block_size,
   "nodeName": "$node_name",
-  "store": {"type": "etcd", "endpoints": ["http://$host_ip:2379"], "prefix": "/wasm-ipam/"}
+  "store": {"type": "etcd", "endpoints": ["http://$host_ip:2379"], "prefix": "/wasm-ipam/"$rate}
 }
 EOF
     install+=(--main-plugin ptp --ipam-config "$dir/ipam/cluster.json")
     ;;
   kubernetes)
     store_manifests
-    # The store's default rate (qps 5, burst 100), as a node would run it.
     cat >"$dir/ipam/cluster.json" <<EOF
 {
   "cidr": "$pod_cidr",
   "blockSize": $block_size,
   "nodeName": "$node_name",
-  "store": {"type": "kubernetes"}
+  "store": {"type": "kubernetes"$rate}
 }
 EOF
     # The kubelet's own credentials (system:node:$node_name in system:nodes, which
@@ -605,6 +610,8 @@ up)
   ipam=wasm-ipam
   subnet=10.244.0.0/24
   block_size=26
+  qps=""
+  burst=""
   replace=0
   while (($#)); do
     case $1 in
@@ -612,6 +619,8 @@ up)
     --subnet) subnet=${2:?}; shift 2 ;;
     --ipam) ipam=${2:?}; shift 2 ;;
     --block-size) block_size=${2:?}; shift 2 ;;
+    --qps) qps=${2:?}; shift 2 ;;
+    --burst) burst=${2:?}; shift 2 ;;
     --replace) replace=1; shift ;;
     *) usage ;;
     esac

@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
-    busy, churn, engines, etcd_churn, etcd_herd, herd, kube_node, kube_store, languages, latency,
-    ordering, stats_log, store_open,
+    busy, churn, engines, etcd_churn, etcd_herd, herd, kube_del_herd, kube_node, kube_store,
+    languages, latency, ordering, stats_log, store_open,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-store|kube-node|ordering|churn|engines|store-open|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-store|kube-node|kube-del-herd|ordering|churn|engines|store-open|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
@@ -24,6 +24,7 @@ usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kub
   etcd-churn   pod churn of simulated nodes with named pools on a 3-member etcd
   kube-store   ADD and DEL cycles on the Kubernetes store (a real kube-apiserver) vs etcd
   kube-node    pods created then deleted at once under kubelet and containerd 2, vs host-local
+  kube-del-herd  the DEL herd under kubelet at qps 5, burst 10: the Kubernetes store vs etcd
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
@@ -50,6 +51,7 @@ options (defaults in brackets):
   --etcd-churn-pods N        etcd-churn: pods each node starts and stops [100]
   --kube-store-cycles N      kube-store: ADD+DEL cycles per store [100]
   --kube-pods N              kube-node: pods created, then deleted, at once [100]
+  --kube-herd-pods N         kube-del-herd: pods created, then deleted, at once [200]
   --ordering-sizes N,N       ordering herd sizes [100,500]
   --seconds S                churn: how long calls arrive [30]
   --interval-ms MS           churn: time between arrivals [15]
@@ -62,7 +64,7 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 13] = [
+const SCENARIOS: [&str; 14] = [
     "latency",
     "languages",
     "busy",
@@ -71,6 +73,7 @@ const SCENARIOS: [&str; 13] = [
     "etcd-churn",
     "kube-store",
     "kube-node",
+    "kube-del-herd",
     "ordering",
     "churn",
     "engines",
@@ -88,6 +91,7 @@ struct Args {
     etcd_churn: etcd_churn::Options,
     kube_store: kube_store::Options,
     kube_node: kube_node::Options,
+    kube_del_herd: kube_del_herd::Options,
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
@@ -125,6 +129,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         },
         kube_store: kube_store::Options { cycles: 100 },
         kube_node: kube_node::Options { pods: 100 },
+        kube_del_herd: kube_del_herd::Options { pods: 200 },
         ordering: ordering::Options {
             sizes: vec![100, 500],
         },
@@ -172,6 +177,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--etcd-churn-pods" => args.etcd_churn.pods = count(value)?,
             "--kube-store-cycles" => args.kube_store.cycles = count(value)?,
             "--kube-pods" => args.kube_node.pods = count(value)?,
+            "--kube-herd-pods" => args.kube_del_herd.pods = count(value)?,
             "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
             "--ordering-sizes" => args.ordering.sizes = counts(value)?,
             "--seconds" => args.churn.seconds = num(value)?,
@@ -200,6 +206,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "etcd-churn" => etcd_churn::run(&args.paths, &args.etcd_churn),
         "kube-store" => kube_store::run(&args.paths, &args.kube_store),
         "kube-node" => kube_node::run(&args.paths, &args.kube_node),
+        "kube-del-herd" => kube_del_herd::run(&args.paths, &args.kube_del_herd),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),

@@ -103,15 +103,16 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
 }
 
 fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {
-    let node = KubeNode::up(paths, ipam)?;
+    let node = KubeNode::up(
+        paths,
+        ipam.name(),
+        &["--store", "local", "--ipam", ipam.name()],
+        &paths.host_local_module,
+    )?;
     let seen_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
     let mut watch = node.watch_ready(Arc::clone(&seen_ready))?;
-    let items: Vec<Value> = (0..pods).map(|i| pod(&format!("bench-{i}"))).collect();
     let started = Instant::now();
-    node.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &json!({"apiVersion": "v1", "kind": "List", "items": items}),
-    )?;
+    node.create_pods(pods)?;
     until(LIMIT, "every pod Ready", || {
         seen_ready.lock().unwrap().len() == pods
     })?;
@@ -125,13 +126,7 @@ fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {
     );
     let _ = watch.kill();
     let _ = watch.wait();
-
-    let deleting = Instant::now();
-    node.kubectl(&["delete", "pods", "-l", "group=bench", "--wait=false"])?;
-    until(LIMIT, "every sandbox torn down and every pod gone", || {
-        node.ready_sandboxes().is_ok_and(|n| n == 0) && node.pods_left().is_ok_and(|n| n == 0)
-    })?;
-    let all_deleted = deleting.elapsed();
+    let all_deleted = node.delete_pods()?;
     Ok(Measured {
         per_pod_ms,
         all_running: last.duration_since(started),
@@ -158,7 +153,7 @@ fn pod(name: &str) -> Value {
     })
 }
 
-fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Result<()> {
+pub(crate) fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Result<()> {
     let started = Instant::now();
     while !done() {
         if started.elapsed() > limit {
@@ -170,26 +165,35 @@ fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Res
 }
 
 /// A node brought up by scripts/kube-node.sh, taken down on drop.
-struct KubeNode {
+pub(crate) struct KubeNode {
     dir: PathBuf,
     kubeconfig: PathBuf,
     peers: PathBuf,
     runtime_endpoint: String,
+    /// `DIR/env`, as `up` wrote it.
+    env: String,
 }
 
 impl KubeNode {
-    fn up(paths: &Paths, ipam: Ipam) -> io::Result<KubeNode> {
+    /// `scripts/kube-node.sh up` with `flags` (`--replace` added), wasm-ipam running
+    /// `module`; `label` names its DIR.
+    pub(crate) fn up(
+        paths: &Paths,
+        label: &str,
+        flags: &[&str],
+        module: &Path,
+    ) -> io::Result<KubeNode> {
         let dir = std::env::temp_dir().join(format!(
-            "wasm-ipam-bench-kube-{}-{}",
-            ipam.name(),
+            "wasm-ipam-bench-kube-{label}-{}",
             std::process::id()
         ));
         let out = Command::new(workspace().join("scripts/kube-node.sh"))
             .arg("up")
             .arg(&dir)
-            .args(["--store", "local", "--ipam", ipam.name(), "--replace"])
+            .args(flags)
+            .arg("--replace")
             .env("WASM_IPAM_BIN", &paths.wasm_ipam)
-            .env("WASM_IPAM_MODULE", &paths.host_local_module)
+            .env("WASM_IPAM_MODULE", module)
             .output()?;
         if !out.status.success() {
             let _ = std::fs::remove_dir_all(&dir);
@@ -210,7 +214,37 @@ impl KubeNode {
             peers: get("PEERS").into(),
             runtime_endpoint: get("RUNTIME_ENDPOINT"),
             dir,
+            env,
         })
+    }
+
+    /// A path or name `up` wrote in DIR/env.
+    pub(crate) fn env(&self, key: &str) -> String {
+        self.env
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(String::from)
+            .unwrap_or_default()
+    }
+
+    /// `pods` pods of group `bench` created with one `kubectl apply`.
+    pub(crate) fn create_pods(&self, pods: usize) -> io::Result<()> {
+        let items: Vec<Value> = (0..pods).map(|i| pod(&format!("bench-{i}"))).collect();
+        self.kubectl_stdin(
+            &["apply", "-f", "-"],
+            &json!({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+    }
+
+    /// Every pod of group `bench` deleted with one `kubectl delete`: how long until
+    /// the last sandbox was torn down and every pod gone from the API.
+    pub(crate) fn delete_pods(&self) -> io::Result<Duration> {
+        let deleting = Instant::now();
+        self.kubectl(&["delete", "pods", "-l", "group=bench", "--wait=false"])?;
+        until(LIMIT, "every sandbox torn down and every pod gone", || {
+            self.ready_sandboxes().is_ok_and(|n| n == 0) && self.pods_left().is_ok_and(|n| n == 0)
+        })?;
+        Ok(deleting.elapsed())
     }
 
     fn command(&self, tool: &str) -> Command {
@@ -255,7 +289,10 @@ impl KubeNode {
     }
 
     /// `kubectl get pods --watch`, recording when each pod is first seen Ready.
-    fn watch_ready(&self, seen: Arc<Mutex<BTreeMap<String, Instant>>>) -> io::Result<Child> {
+    pub(crate) fn watch_ready(
+        &self,
+        seen: Arc<Mutex<BTreeMap<String, Instant>>>,
+    ) -> io::Result<Child> {
         let mut child = self
             .command("kubectl")
             .args(["get", "pods", "-l", "group=bench", "--watch", "-o", "json"])

@@ -8,6 +8,7 @@ pub mod engines;
 pub mod etcd_churn;
 pub mod etcd_herd;
 pub mod herd;
+pub mod kube_del_herd;
 pub mod kube_node;
 pub mod kube_store;
 pub mod languages;

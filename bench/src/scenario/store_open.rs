@@ -53,7 +53,8 @@ fn opens(data: &Path, times: usize) -> io::Result<Vec<f64>> {
     (0..times)
         .map(|_| {
             let started = Instant::now();
-            let store = store::select::open_embedded(data, Duration::ZERO).map_err(io::Error::other)?;
+            let store =
+                store::select::open_embedded(data, Duration::ZERO).map_err(io::Error::other)?;
             let took = started.elapsed();
             drop(store);
             Ok(took.as_secs_f64() * 1000.0)

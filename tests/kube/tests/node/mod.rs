@@ -61,7 +61,7 @@ pub enum Store {
     /// etcd (the cluster's own) and the cluster-pool module with /28 blocks, under ptp.
     Etcd,
     /// The Kubernetes API (ipamshards, with the kubelet's credentials) and the
-    /// cluster-pool module with /28 blocks, under ptp.
+    /// cluster-pool module with /28 blocks, under ptp, at qps 5 and burst 10.
     Kubernetes,
 }
 
@@ -116,7 +116,10 @@ impl Node {
             // too small for the pods needs only a few more.
             Store::Local => script.args(["--subnet", "10.244.0.0/26"]),
             // Blocks small enough that the node needs several of them.
-            Store::Etcd | Store::Kubernetes => script.args(["--block-size", "28"]),
+            Store::Etcd => script.args(["--block-size", "28"]),
+            // And the node's requests paced at qps 5 and burst 10, the rate of the
+            // DEL herd its issue names (a burst far under the default 100).
+            Store::Kubernetes => script.args(["--block-size", "28", "--qps", "5", "--burst", "10"]),
         };
         let up = script.output().expect("run scripts/kube-node.sh");
         let said = String::from_utf8_lossy(&up.stderr).into_owned();
