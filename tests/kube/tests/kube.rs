@@ -358,9 +358,17 @@ fn herd_deleted(node: &Node) {
         figure("budget_used_ms"),
         figure("budget_ms"),
     );
+    // The budget `wasm-ipam install` wrote (its default for a node), as each record
+    // states it.
+    let conflist: Value =
+        serde_json::from_slice(&std::fs::read(node.conflist()).expect("the node's conflist"))
+            .expect("the conflist is JSON");
+    let installed = conflist["plugins"][0]["ipam"]["deadlineSeconds"]
+        .as_f64()
+        .expect("install writes deadlineSeconds");
     assert!(
-        budgets.iter().all(|&b| b == 90_000.0),
-        "the node runs with deadlineSeconds at its default, 90: {budgets:?}"
+        budgets.iter().all(|&b| b == installed * 1000.0),
+        "each DEL's budget is the deadlineSeconds install wrote, {installed}: {budgets:?}"
     );
     eprintln!(
         "kube: {} DELs for {size} sandboxes ({} more than one), all ok: queued for the lock median {:.1} s, longest {:.1} s; then each had its budget of {:.0} s and used at most {:.1} s of it",
