@@ -49,7 +49,7 @@ guest-go/build.sh examples/static-go "$root/target/modules/go/static_go.wasm"
 if command -v componentize-py >/dev/null; then
     examples/static-py/build.sh "$root/target/modules/bench/static_py.wasm"
 fi
-# The real node's peers (scenario `kube-node`): kubelet, containerd 2 and the rest,
+# The real node's peers (scenarios `kube-node`, `kube-del-herd`): kubelet, containerd 2 and the rest,
 # built from their Go modules into a cache, or taken from it.
 scripts/kube-peers.sh >/dev/null
 bench_target="${CARGO_TARGET_DIR:-$root/bench/target}"

@@ -1,0 +1,212 @@
+//! The DEL herd this project exists for, on a real node: kubelet and containerd 2
+//! (scripts/kube-node.sh) with wasm-ipam running cluster-pool on a cluster store whose
+//! node-wide rate limiter is at `qps` 5 and `burst` 10, N pods created at once and
+//! then deleted at once. Calico's DELs failed in this scene ("client rate limiter Wait
+//! returned an error: context deadline exceeded"). The same scene on the Kubernetes
+//! store and on the etcd store, one node after the other in the same run; what each
+//! DEL did is read from wasm-ipam's log, line by line, and what the runtime said
+//! from containerd's and kubelet's.
+
+use super::kube_node::{KubeNode, until};
+use crate::report::{Section, table};
+use crate::setup::Paths;
+use crate::stats::{Samples, ratio};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Options {
+    /// Pods created at once, then deleted at once.
+    pub pods: usize,
+}
+
+/// The rate every node of the scene runs at.
+const QPS: &str = "5";
+const BURST: &str = "10";
+/// How long a loaded machine may take for the pods to run.
+const LIMIT: Duration = Duration::from_secs(900);
+
+/// What one store's node measured.
+struct Measured {
+    all_running: Duration,
+    all_deleted: Duration,
+    dels: usize,
+    dels_failed: usize,
+    /// containerd's and kubelet's error lines about a teardown, after the delete.
+    runtime_errors: usize,
+    leaked: usize,
+    lock_wait_ms: Samples,
+    requests: Samples,
+    rate_wait_ms: Samples,
+}
+
+pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
+    let mut rows = Vec::new();
+    let mut measured = Vec::new();
+    for store in ["kubernetes", "etcd"] {
+        let m = on_a_node(paths, store, opts.pods)?;
+        rows.push(vec![
+            store.to_string(),
+            opts.pods.to_string(),
+            format!("{:.1} s", m.all_running.as_secs_f64()),
+            format!("{:.1} s", m.all_deleted.as_secs_f64()),
+            format!("**{}** of {} / {}", m.dels_failed, m.dels, m.runtime_errors),
+            m.leaked.to_string(),
+            format!(
+                "{:.1} s / {:.1} s",
+                m.lock_wait_ms.median() / 1000.0,
+                m.lock_wait_ms.max() / 1000.0
+            ),
+            format!("{:.0} / {:.0}", m.requests.median(), m.requests.max()),
+            format!("{:.0} ms", m.rate_wait_ms.max()),
+        ]);
+        measured.push(m);
+    }
+    let (k, e) = (&measured[0], &measured[1]);
+    rows.push(vec![
+        "ratio Kubernetes / etcd".into(),
+        String::new(),
+        ratio(k.all_running.as_secs_f64(), e.all_running.as_secs_f64()),
+        ratio(k.all_deleted.as_secs_f64(), e.all_deleted.as_secs_f64()),
+        String::new(),
+        String::new(),
+        ratio(k.lock_wait_ms.max(), e.lock_wait_ms.max()),
+        ratio(k.requests.median(), e.requests.median()),
+        String::new(),
+    ]);
+    let body = format!(
+        "A one-node cluster of real processes (scripts/kube-node.sh: kube-apiserver, kubelet \
+         and containerd 2 built from their Go modules, ptp as the main plugin), wasm-ipam \
+         running `examples/cluster-pool` (10.244.0.0/16 in /26 blocks) on a cluster store \
+         with the node's rate limiter at `qps` {QPS} and `burst` {BURST} (the Kubernetes \
+         store with the kubelet's credentials, the etcd store on the cluster's etcd); \
+         the budget as `wasm-ipam install` writes it (`deadlineSeconds` 45 from the lock \
+         grant, `lockTimeoutSeconds` 60). {n} pods \
+         created with one `kubectl apply`, then deleted with one `kubectl delete`, first \
+         on the Kubernetes store, then on a fresh node on the etcd store. All deleted: \
+         the delete to the last sandbox torn down and every pod gone from the API. DELs \
+         failed: wasm-ipam's DEL records that are not ok, of all DEL records, and the \
+         error lines about a teardown in containerd's and kubelet's logs (a DEL the \
+         runtime killed at kubelet's 2-minute `runtimeRequestTimeout` leaves no record \
+         of its own, only those). Leaked: `wasm-ipam list` after every pod went. Lock \
+         wait, requests and limiter wait per DEL from its log record (`lock_wait_ms`, \
+         `kube_requests`/`etcd_requests`, `kube_rate_wait_ms`/`etcd_rate_wait_ms`).\n\n{}",
+        table(
+            &[
+                "store",
+                "pods",
+                "all Running",
+                "all deleted",
+                "DELs failed / runtime errors",
+                "leaked",
+                "DEL lock wait p50 / max",
+                "requests per DEL p50 / max",
+                "limiter wait per DEL max",
+            ],
+            &rows
+        ),
+        n = opts.pods
+    );
+    Ok(Section {
+        title: "The DEL herd on a real node at qps 5, burst 10".into(),
+        body,
+        targets: Vec::new(),
+    })
+}
+
+fn on_a_node(paths: &Paths, store: &str, pods: usize) -> io::Result<Measured> {
+    let node = KubeNode::up(
+        paths,
+        &format!("del-herd-{store}"),
+        &["--store", store, "--qps", QPS, "--burst", BURST],
+        &paths.cluster_pool_module,
+    )?;
+    let seen_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+    let mut watch = node.watch_ready(Arc::clone(&seen_ready))?;
+    let started = Instant::now();
+    node.create_pods(pods)?;
+    until(LIMIT, "every pod Ready", || {
+        seen_ready.lock().unwrap().len() == pods
+    })?;
+    let last = seen_ready.lock().unwrap().values().max().copied();
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let all_running = last.unwrap_or(started).duration_since(started);
+
+    let log_from = read(&node.env("IPAM_LOG_FILE"))?.lines().count();
+    let errors_before = runtime_errors(&node)?;
+    let all_deleted = node.delete_pods()?;
+    let runtime_errors = runtime_errors(&node)? - errors_before;
+    let prefix = match store {
+        "kubernetes" => "kube_",
+        _ => "etcd_",
+    };
+    let records: Vec<Value> = read(&node.env("IPAM_LOG_FILE"))?
+        .lines()
+        .skip(log_from)
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["target"] == "invocation" && r["command"] == "DEL")
+        .collect();
+    let field =
+        |name: &str| Samples::new(records.iter().filter_map(|r| r[name].as_f64()).collect());
+    Ok(Measured {
+        all_running,
+        all_deleted,
+        dels: records.len(),
+        dels_failed: records.iter().filter(|r| r["outcome"] != "ok").count(),
+        runtime_errors,
+        leaked: leaked(paths, &node)?,
+        lock_wait_ms: field("lock_wait_ms"),
+        requests: field(&format!("{prefix}requests")),
+        rate_wait_ms: field(&format!("{prefix}rate_wait_ms")),
+    })
+}
+
+fn read(path: &str) -> io::Result<String> {
+    std::fs::read_to_string(path)
+}
+
+/// containerd's and kubelet's error lines about tearing a sandbox's network down.
+fn runtime_errors(node: &KubeNode) -> io::Result<usize> {
+    let containerd = read(&node.env("CONTAINERD_LOG"))?;
+    let kubelet = read(&node.env("KUBELET_LOG"))?;
+    let teardown = |l: &str| {
+        l.contains("StopPodSandbox")
+            || l.contains("KillPodSandbox")
+            || l.contains("teardown")
+            || l.contains("destroy network")
+    };
+    Ok(containerd
+        .lines()
+        .filter(|l| l.contains("level=error") && teardown(l))
+        .count()
+        + kubelet
+            .lines()
+            .filter(|l| l.starts_with('E') && teardown(l))
+            .count())
+}
+
+/// The addresses `wasm-ipam list` still shows for the node's network.
+fn leaked(paths: &Paths, node: &KubeNode) -> io::Result<usize> {
+    let conf_dir = node.env("CNI_CONF_DIR");
+    let conflist = std::fs::read_dir(&conf_dir)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "conflist"))
+        .ok_or_else(|| io::Error::other(format!("no conflist in {conf_dir}")))?;
+    let out = Command::new(&paths.wasm_ipam)
+        .args(["list", "--json", "--netconf"])
+        .arg(&conflist)
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "wasm-ipam list: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let rows: Value = serde_json::from_slice(&out.stdout).map_err(io::Error::other)?;
+    Ok(rows.as_array().map_or(0, Vec::len))
+}
