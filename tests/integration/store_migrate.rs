@@ -3,7 +3,8 @@
 //! kube-apiserver: refused while nodes have just called, then one command, `list` the
 //! same before and after, sticky entries and reservations kept, and the nodes calling
 //! on the new store at once, a steady call writing only its node's home again after
-//! its first change of a moved group.
+//! its first change of a moved group; and the move back, refused while etcd still
+//! holds its old copy.
 
 use crate::cluster_store::ClusterStore;
 use crate::etcd::{list_json, operator_on};
@@ -145,6 +146,61 @@ fn a_cluster_moves_from_etcd_to_kubernetes_with_everything_it_holds() {
     let held = crate::kube_store::entries("p-migrate");
     let attachments = held.keys().filter(|k| k.starts_with("own/")).count();
     assert_eq!(attachments, 32, "{:?}", held.keys().collect::<Vec<_>>());
+
+    // And back: etcd still holds the network as it was before the move, not what the
+    // nodes changed since, so the move back is refused, naming forget; once etcd's
+    // copy is forgotten, the network moves back and lists the same on both stores.
+    let back = |extra: &[&str]| {
+        let mut args: Vec<std::ffi::OsString> = ["store", "migrate", "--netconf"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        args.push(new_file.clone().into());
+        args.push("--to".into());
+        args.push(old_file.clone().into());
+        args.push("--lock-file".into());
+        args.push(old.nodes[0].lock_file().into());
+        args.push("--data-dir".into());
+        args.push(old.nodes[0].data_dir().into());
+        args.extend(extra.iter().map(Into::into));
+        crate::harness::operator_output(args)
+    };
+    // The shared apiserver holds other tests' networks too: only this one moves.
+    let (ok, _, stderr) = back(&["--idle", "0s", "--network", "p-migrat"]);
+    assert!(
+        !ok && stderr.contains("holds no network \"p-migrat\"") && stderr.contains("p-migrate"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = back(&["--idle", "0s", "--network", "p-migrate"]);
+    assert!(
+        !ok && stderr.contains("already holds") && stderr.contains("wasm-ipam forget p-migrate"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = operator_on(
+        &old.nodes[0],
+        &old_file,
+        &["forget", "p-migrate", "--force"],
+    );
+    assert!(ok, "{stderr}");
+    let (ok, out, stderr) = back(&["--idle", "0s", "--network", "p-migrate"]);
+    assert!(ok && out.contains("moved "), "{out}{stderr}");
+    let (ok, on_kube, stderr) = list_json(&old.nodes[0], &new_file, &[]);
+    assert!(ok, "{stderr}");
+    let (ok, on_etcd, stderr) = list_json(&old.nodes[0], &old_file, &[]);
+    assert!(ok, "{stderr}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&on_etcd).unwrap(),
+        serde_json::from_str::<Value>(&on_kube).unwrap(),
+        "list on etcd after the move back"
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&on_etcd)
+            .unwrap()
+            .as_array()
+            .map(Vec::len),
+        Some(32)
+    );
+
     // Kept out of the way of the shared apiserver's other tests: the network removed.
     let (ok, _, stderr) = operator_on(
         &old.nodes[0],

@@ -1,6 +1,7 @@
 //! `wasm-ipam store migrate --netconf FROM --to TO`: moves a cluster's IPAM from one
 //! cluster store to the other (the etcd store to the Kubernetes store, or back),
-//! offline: every network the old store holds, every entry as it is (addresses,
+//! offline: every network the old store holds (or those `--network` names), every
+//! entry as it is (addresses,
 //! blocks, sticky entries, reservations: the host copies a module's keys, never
 //! reads them), with the record of which module serves each network.
 //!
@@ -37,11 +38,13 @@ const BATCH_KEYS: usize = 64;
 /// Every entry of one store: network → key → value.
 type Snapshot = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 
-/// Moves every network of `from`'s store to `to`'s; what was moved, as text. Both
-/// stores are opened with `budget` for their requests (the whole command's).
+/// Moves every network of `from`'s store (or those `only` names) to `to`'s; what was
+/// moved, as text. Both stores are opened with `budget` for their requests (the whole
+/// command's).
 pub fn migrate(
     from: &StoreAndLock,
     to: &StoreAndLock,
+    only: &[String],
     idle: Duration,
     budget: Duration,
 ) -> Result<String, CniError> {
@@ -72,9 +75,9 @@ pub fn migrate(
             IfMissing::Refuse,
         )
     };
-    let old = open(from)?;
+    let mut old = open(from)?;
     let mut new = open(to)?;
-    let snapshot = read_all(old.as_ref(), None)?;
+    let snapshot = chosen(read_all(old.as_ref(), None)?, only, old.as_ref())?;
     if snapshot.is_empty() {
         return Err(CniError::config(format!(
             "{} holds no network: nothing to move (is --netconf the old store's?)",
@@ -133,7 +136,14 @@ pub fn migrate(
         }
         let _ = writeln!(out, "network {network}: {} entries", entries.len());
     }
-    if read_all(old.as_ref(), None)? != snapshot {
+    // Both read afresh: a store's reads within one attempt are one snapshot (the etcd
+    // store's at one revision), which would hide a commit made since.
+    for store in [&mut old, &mut new] {
+        if let Some(shared) = store.shared_mut() {
+            shared.begin();
+        }
+    }
+    if snapshot_of(old.as_ref(), &snapshot)? != snapshot {
         return Err(CniError::new(
             code::TRY_AGAIN_LATER,
             format!(
@@ -145,11 +155,11 @@ pub fn migrate(
         ));
     }
     let copied = snapshot_of(new.as_ref(), &snapshot)?;
-    if copied != snapshot {
+    if let Some(differs) = first_difference(&snapshot, &copied) {
         return Err(CniError::new(
             code::STORE_FAILURE,
             format!(
-                "{} does not hold what was copied to it (another writer?): remove the copy there and run again",
+                "{} does not hold what was copied to it ({differs}; another writer?): remove the copy there and run again",
                 new.describe()
             ),
         ));
@@ -163,6 +173,24 @@ pub fn migrate(
         new.describe()
     );
     Ok(out)
+}
+
+/// The networks of `all` that `only` names (all when it names none); a name the
+/// store does not hold is refused, listing those it does.
+fn chosen(mut all: Snapshot, only: &[String], store: &dyn Store) -> Result<Snapshot, CniError> {
+    if only.is_empty() {
+        return Ok(all);
+    }
+    if let Some(missing) = only.iter().find(|n| !all.contains_key(*n)) {
+        return Err(crate::operator::args::unknown(
+            &format!("{} holds no network {missing:?}", store.describe()),
+            "it holds",
+            all.keys().map(String::as_str),
+            "name one of those with --network, or none to move them all",
+        ));
+    }
+    all.retain(|network, _| only.contains(network));
+    Ok(all)
 }
 
 /// Why `node`'s last commit to `network` (unix seconds) makes the move unsafe: within
@@ -210,6 +238,33 @@ fn snapshot_of(store: &dyn Store, of: &Snapshot) -> Result<Snapshot, CniError> {
         there.insert(network.clone(), held);
     }
     Ok(there)
+}
+
+/// Where `found` first differs from `wanted`: a network and key, and how.
+fn first_difference(wanted: &Snapshot, found: &Snapshot) -> Option<String> {
+    let empty = BTreeMap::new();
+    for (network, entries) in wanted {
+        let there = found.get(network).unwrap_or(&empty);
+        let keys: std::collections::BTreeSet<&String> =
+            entries.keys().chain(there.keys()).collect();
+        for key in keys {
+            let how = match (entries.get(key), there.get(key)) {
+                (Some(a), Some(b)) if a == b => continue,
+                (Some(_), Some(_)) => "holds another value",
+                (Some(_), None) => "is missing",
+                (None, _) => "is there and should not be",
+            };
+            return Some(format!(
+                "network {network:?}, key {key:?} {how}; {} of {} keys as copied",
+                entries
+                    .iter()
+                    .filter(|(k, v)| there.get(*k) == Some(*v))
+                    .count(),
+                entries.len()
+            ));
+        }
+    }
+    None
 }
 
 fn names(snapshot: &Snapshot) -> String {

@@ -67,6 +67,10 @@ pub enum StoreCommand {
         /// and `ipam.nodeName` (the node the copy's commits are recorded as).
         #[arg(long)]
         to: PathBuf,
+        /// Move only this network (repeatable); without it, every network the old
+        /// store holds.
+        #[arg(long = "network")]
+        networks: Vec<String>,
         /// How long every node must have been quiet (no committed call).
         #[arg(long, default_value = super::migrate::DEFAULT_IDLE, value_parser = humantime::parse_duration)]
         idle: std::time::Duration,
@@ -118,12 +122,13 @@ impl StoreCommand {
                 store,
                 netconf,
                 to,
+                networks,
                 idle,
                 timeout,
             } => {
                 let from = store.place_for(Some(&netconf))?;
                 let to = store.place_for(Some(&to))?;
-                Ok(super::migrate::migrate(&from, &to, idle, timeout)?.into())
+                Ok(super::migrate::migrate(&from, &to, &networks, idle, timeout)?.into())
             }
         }
     }
