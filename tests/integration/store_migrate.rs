@@ -32,7 +32,8 @@ fn a_cluster_moves_from_etcd_to_kubernetes_with_everything_it_holds() {
     // Pods of a Deployment (names without a StatefulSet's ordinal: not sticky).
     let pod = |name: &str| format!("K8S_POD_NAMESPACE=web;K8S_POD_NAME={name}");
     for n in 0..2 {
-        for i in 0..15 {
+        // 35 pods a node: over one batch of the copy (64 keys).
+        for i in 0..35 {
             Call::new("ADD", &format!("c{n}-{i}"))
                 .env("CNI_ARGS", pod(&format!("app-{n}x{i}")))
                 .run(&old.confs[n])
@@ -100,7 +101,7 @@ fn a_cluster_moves_from_etcd_to_kubernetes_with_everything_it_holds() {
     let (ok, after_pods, stderr) = list_json(&old.nodes[0], &new_file, &[]);
     assert!(ok, "{stderr}");
     let rows = serde_json::from_str::<Value>(&after_pods).unwrap();
-    assert_eq!(rows.as_array().map(Vec::len), Some(30), "{after_pods}");
+    assert_eq!(rows.as_array().map(Vec::len), Some(70), "{after_pods}");
     assert_eq!(
         rows,
         serde_json::from_str::<Value>(&before_pods).unwrap(),
@@ -142,10 +143,10 @@ fn a_cluster_moves_from_etcd_to_kubernetes_with_everything_it_holds() {
         assert_ne!(bare(reply.address()), "10.89.0.250", "the reserved address");
     }
     // No key held twice across the network's objects (entries() panics on one), and
-    // one attachment for each pod: 30 moved, 2 deleted, db-0 and 3 late ones added.
+    // one attachment for each pod: 70 moved, 2 deleted, db-0 and 3 late ones added.
     let held = crate::kube_store::entries("p-migrate");
     let attachments = held.keys().filter(|k| k.starts_with("own/")).count();
-    assert_eq!(attachments, 32, "{:?}", held.keys().collect::<Vec<_>>());
+    assert_eq!(attachments, 72, "{:?}", held.keys().collect::<Vec<_>>());
 
     // And back: etcd still holds the network as it was before the move, not what the
     // nodes changed since, so the move back is refused, naming forget; once etcd's
@@ -198,7 +199,7 @@ fn a_cluster_moves_from_etcd_to_kubernetes_with_everything_it_holds() {
             .unwrap()
             .as_array()
             .map(Vec::len),
-        Some(32)
+        Some(72)
     );
 
     // Kept out of the way of the shared apiserver's other tests: the network removed.

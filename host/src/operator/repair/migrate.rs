@@ -118,6 +118,11 @@ pub fn migrate(
         }
         let keys: Vec<(&String, &Vec<u8>)> = entries.iter().collect();
         for batch in keys.chunks(BATCH_KEYS) {
+            // Each batch its own attempt: what the last one read (and wrote) is not a
+            // version this one builds on.
+            if let Some(shared) = new.shared_mut() {
+                shared.begin();
+            }
             let changes: Changes = batch
                 .iter()
                 .map(|(key, value)| ((*key).clone(), Some((*value).clone())))

@@ -242,24 +242,19 @@ impl KubernetesStore {
                 }
             }
         }
-        // A group in an object of its own, named after this node (cluster-pool's
-        // `aff/<node>`), that this call only read: taken into the home too, so the
-        // node's steady calls read nothing but their home. Only one named after this
-        // node: a group of the network's or another node's would leave the node that
-        // changes it most committing across objects.
-        // Read or peeked: the lock the commit takes on it checks its version either way.
+        // A group in an object of its own (one `store migrate` copied there) that
+        // this call only read: taken into the home too, as a new cluster's groups lie
+        // in the home of the first node that needed them, so the node's steady calls
+        // read nothing but their home (cluster-pool's DEL reads the node's block
+        // affinities and, in turn, each of its blocks). Read or peeked: the lock the
+        // commit takes on it checks its version either way.
         if self.homing {
-            let named_here: Vec<Read> = {
+            let only_read: Vec<Read> = {
                 let state = self.state.borrow();
                 let mut found: BTreeMap<String, Read> = BTreeMap::new();
                 for (name, read) in state.peeked.iter().chain(state.read.iter()) {
                     if read.place.role == Role::Entries
                         && !by_group.contains_key(read.place.group.as_str())
-                        && read
-                            .place
-                            .group
-                            .split('/')
-                            .any(|segment| segment == self.node)
                         && read.shard.as_ref().is_some_and(|s| {
                             s.spec.home.is_none()
                                 && s.spec.lock.is_none()
@@ -271,7 +266,7 @@ impl KubernetesStore {
                 }
                 found.into_values().collect()
             };
-            for read in named_here {
+            for read in only_read {
                 let mut with = own_spec.clone();
                 with.apply(&as_puts(&read.entries));
                 if !roomy(&with) {
