@@ -7,16 +7,14 @@
 //! DEL did is read from wasm-ipam's log, line by line, and what the runtime said
 //! from containerd's and kubelet's.
 
-use super::kube_node::{KubeNode, until};
+use super::kube_node::KubeNode;
 use crate::report::{Section, table};
 use crate::setup::Paths;
 use crate::stats::{Samples, ratio};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::io;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub struct Options {
     /// Pods created at once, then deleted at once.
@@ -26,8 +24,6 @@ pub struct Options {
 /// The rate every node of the scene runs at.
 const QPS: &str = "5";
 const BURST: &str = "10";
-/// How long a loaded machine may take for the pods to run.
-const LIMIT: Duration = Duration::from_secs(900);
 
 /// What one store's node measured.
 struct Measured {
@@ -124,17 +120,7 @@ fn on_a_node(paths: &Paths, store: &str, pods: usize) -> io::Result<Measured> {
         &["--store", store, "--qps", QPS, "--burst", BURST],
         &paths.cluster_pool_module,
     )?;
-    let seen_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
-    let mut watch = node.watch_ready(Arc::clone(&seen_ready))?;
-    let started = Instant::now();
-    node.create_pods(pods)?;
-    until(LIMIT, "every pod Ready", || {
-        seen_ready.lock().unwrap().len() == pods
-    })?;
-    let last = seen_ready.lock().unwrap().values().max().copied();
-    let _ = watch.kill();
-    let _ = watch.wait();
-    let all_running = last.unwrap_or(started).duration_since(started);
+    let all_running = node.run_pods(pods)?.into_iter().max().unwrap_or_default();
 
     let log_from = read(&node.env("IPAM_LOG_FILE"))?.lines().count();
     let errors_before = runtime_errors(&node)?;

@@ -109,27 +109,13 @@ fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {
         &["--store", "local", "--ipam", ipam.name()],
         &paths.host_local_module,
     )?;
-    let seen_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
-    let mut watch = node.watch_ready(Arc::clone(&seen_ready))?;
-    let started = Instant::now();
-    node.create_pods(pods)?;
-    until(LIMIT, "every pod Ready", || {
-        seen_ready.lock().unwrap().len() == pods
-    })?;
-    let ready = seen_ready.lock().unwrap().clone();
-    let last = ready.values().max().copied().unwrap_or(started);
-    let per_pod_ms = Samples::new(
-        ready
-            .values()
-            .map(|t| t.duration_since(started).as_secs_f64() * 1000.0)
-            .collect(),
-    );
-    let _ = watch.kill();
-    let _ = watch.wait();
+    let per_pod = node.run_pods(pods)?;
+    let all_running = per_pod.iter().max().copied().unwrap_or_default();
+    let per_pod_ms = Samples::new(per_pod.iter().map(|d| d.as_secs_f64() * 1000.0).collect());
     let all_deleted = node.delete_pods()?;
     Ok(Measured {
         per_pod_ms,
-        all_running: last.duration_since(started),
+        all_running,
         all_deleted,
     })
 }
@@ -153,7 +139,7 @@ fn pod(name: &str) -> Value {
     })
 }
 
-pub(crate) fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Result<()> {
+fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Result<()> {
     let started = Instant::now();
     while !done() {
         if started.elapsed() > limit {
@@ -227,13 +213,28 @@ impl KubeNode {
             .unwrap_or_default()
     }
 
-    /// `pods` pods of group `bench` created with one `kubectl apply`.
-    pub(crate) fn create_pods(&self, pods: usize) -> io::Result<()> {
+    /// `pods` pods of group `bench` created with one `kubectl apply`: how long each
+    /// took from the apply to being seen Ready in a watch of the API.
+    pub(crate) fn run_pods(&self, pods: usize) -> io::Result<Vec<Duration>> {
+        let seen_ready: Arc<Mutex<BTreeMap<String, Instant>>> = Arc::default();
+        let mut watch = self.watch_ready(Arc::clone(&seen_ready))?;
+        let started = Instant::now();
         let items: Vec<Value> = (0..pods).map(|i| pod(&format!("bench-{i}"))).collect();
-        self.kubectl_stdin(
-            &["apply", "-f", "-"],
-            &json!({"apiVersion": "v1", "kind": "List", "items": items}),
-        )
+        let ran = self
+            .kubectl_stdin(
+                &["apply", "-f", "-"],
+                &json!({"apiVersion": "v1", "kind": "List", "items": items}),
+            )
+            .and_then(|()| {
+                until(LIMIT, "every pod Ready", || {
+                    seen_ready.lock().unwrap().len() == pods
+                })
+            });
+        let _ = watch.kill();
+        let _ = watch.wait();
+        ran?;
+        let ready = seen_ready.lock().unwrap();
+        Ok(ready.values().map(|t| t.duration_since(started)).collect())
     }
 
     /// Every pod of group `bench` deleted with one `kubectl delete`: how long until
@@ -289,10 +290,7 @@ impl KubeNode {
     }
 
     /// `kubectl get pods --watch`, recording when each pod is first seen Ready.
-    pub(crate) fn watch_ready(
-        &self,
-        seen: Arc<Mutex<BTreeMap<String, Instant>>>,
-    ) -> io::Result<Child> {
+    fn watch_ready(&self, seen: Arc<Mutex<BTreeMap<String, Instant>>>) -> io::Result<Child> {
         let mut child = self
             .command("kubectl")
             .args(["get", "pods", "-l", "group=bench", "--watch", "-o", "json"])
