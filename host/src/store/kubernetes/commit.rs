@@ -177,36 +177,18 @@ impl KubernetesStore {
                 && old.is_empty()
                 && located != Located::Own
                 && roomy(&own_spec);
-            // A group in an object of its own that a runtime's call changes (one copied
-            // there by `store migrate`, or left there while the home was full) is
-            // taken into this node's home with its entries, once, while the home stays
-            // under half full with them: from then on its changes are the home's one
-            // write, not a commit across objects.
-            let adopted = self.homing
-                && located == Located::Shared
+            // A group in an object of its own that this call changes: see `take_in`.
+            let taken = located == Located::Shared
                 && !old.is_empty()
-                && roomy(&{
-                    let mut with = own_spec.clone();
-                    with.apply(&as_puts(&old));
-                    with
-                });
+                && self.take_in(
+                    &self.load(&anchor, true)?,
+                    &mut own_spec,
+                    &mut decision,
+                    &mut targets,
+                );
             match located {
                 Located::Own => own_spec.apply(group_changes),
-                Located::Shared if adopted => {
-                    targets.insert(anchor.name(), self.load(&anchor, true)?);
-                    decision.homes.insert(anchor.name(), self.node.clone());
-                    // Its entries leave the group's object: it names the home instead.
-                    decision
-                        .changes
-                        .entry(anchor.name())
-                        .or_default()
-                        .extend(old.keys().map(|key| Change {
-                            key: key.clone(),
-                            put: None,
-                        }));
-                    own_spec.apply(&as_puts(&old));
-                    own_spec.apply(group_changes);
-                }
+                Located::Shared if taken => own_spec.apply(group_changes),
                 _ if homed_here => {
                     targets.insert(anchor.name(), self.load(&anchor, true)?);
                     decision.homes.insert(anchor.name(), self.node.clone());
@@ -242,49 +224,27 @@ impl KubernetesStore {
                 }
             }
         }
-        // A group in an object of its own (one `store migrate` copied there) that
-        // this call only read: taken into the home too, as a new cluster's groups lie
-        // in the home of the first node that needed them, so the node's steady calls
-        // read nothing but their home (cluster-pool's DEL reads the node's block
-        // affinities and, in turn, each of its blocks). Read or peeked: the lock the
-        // commit takes on it checks its version either way.
-        if self.homing {
-            let only_read: Vec<Read> = {
-                let state = self.state.borrow();
-                let mut found: BTreeMap<String, Read> = BTreeMap::new();
-                for (name, read) in state.peeked.iter().chain(state.read.iter()) {
-                    if read.place.role == Role::Entries
-                        && !by_group.contains_key(read.place.group.as_str())
-                        && read.shard.as_ref().is_some_and(|s| {
-                            s.spec.home.is_none()
-                                && s.spec.lock.is_none()
-                                && !s.spec.entries.is_empty()
-                        })
-                    {
-                        found.insert(name.clone(), read.clone());
-                    }
+        // A group in an object of its own that this call only read: taken in too, so
+        // the node's steady calls read nothing but their home (cluster-pool's DEL reads
+        // the node's block affinities and, in turn, each of its blocks). Read or
+        // peeked: the lock the commit takes on it checks its version either way.
+        let only_read: Vec<Read> = {
+            let state = self.state.borrow();
+            let mut found: BTreeMap<String, Read> = BTreeMap::new();
+            for (name, read) in state.peeked.iter().chain(state.read.iter()) {
+                if read.place.role == Role::Entries
+                    && !by_group.contains_key(read.place.group.as_str())
+                    && read.shard.as_ref().is_some_and(|s| {
+                        s.spec.home.is_none() && s.spec.lock.is_none() && !s.spec.entries.is_empty()
+                    })
+                {
+                    found.insert(name.clone(), read.clone());
                 }
-                found.into_values().collect()
-            };
-            for read in only_read {
-                let mut with = own_spec.clone();
-                with.apply(&as_puts(&read.entries));
-                if !roomy(&with) {
-                    continue;
-                }
-                let name = read.place.name();
-                decision.homes.insert(name.clone(), self.node.clone());
-                decision
-                    .changes
-                    .entry(name.clone())
-                    .or_default()
-                    .extend(read.entries.keys().map(|key| Change {
-                        key: key.clone(),
-                        put: None,
-                    }));
-                own_spec = with;
-                targets.insert(name, read);
             }
+            found.into_values().collect()
+        };
+        for read in &only_read {
+            self.take_in(read, &mut own_spec, &mut decision, &mut targets);
         }
         // Every other node's home this attempt read is locked too: that node's
         // one-write commits check nothing but their own home.
@@ -308,6 +268,43 @@ impl KubernetesStore {
             decision,
             delta,
         })
+    }
+
+    /// Takes the group whose object of its own `read` is (with its entries: one
+    /// `store migrate` copied there, or left there while a home was full) into this
+    /// node's home `own`, once, while the home stays under half full with it: the
+    /// object gives its entries to the home and names it instead, as a new cluster's
+    /// groups lie in the home of the first node that needed them, so from then on
+    /// the group's changes are the home's one write, not a commit across objects.
+    /// Only for a runtime's call. Whether it was taken.
+    fn take_in(
+        &self,
+        read: &Read,
+        own: &mut Spec,
+        decision: &mut Decision,
+        targets: &mut BTreeMap<String, Read>,
+    ) -> bool {
+        if !self.homing {
+            return false;
+        }
+        let mut with = own.clone();
+        with.apply(&as_puts(&read.entries));
+        if !roomy(&with) {
+            return false;
+        }
+        let name = read.place.name();
+        decision.homes.insert(name.clone(), self.node.clone());
+        decision
+            .changes
+            .entry(name.clone())
+            .or_default()
+            .extend(read.entries.keys().map(|key| Change {
+                key: key.clone(),
+                put: None,
+            }));
+        *own = with;
+        targets.insert(name, read.clone());
+        true
     }
 
     /// The other nodes' usage of `network`, for the quota: as last listed while that
