@@ -1,9 +1,9 @@
 //! `wasm-ipam store migrate --netconf FROM --to TO`: moves a cluster's IPAM from one
 //! cluster store to the other (the etcd store to the Kubernetes store, or back),
 //! offline: every network the old store holds (or those `--network` names), every
-//! entry as it is (addresses,
-//! blocks, sticky entries, reservations: the host copies a module's keys, never
-//! reads them), with the record of which module serves each network.
+//! entry as it is (addresses, blocks, sticky entries, reservations: the host copies a
+//! module's keys, never reads them), with the record of which module serves each
+//! network.
 //!
 //! - Offline means no node calls meanwhile: a network any node committed to within
 //!   `--idle` is refused, naming the node, and the old store is read again after the
@@ -15,9 +15,10 @@
 //! - The copy is committed a batch of keys at a time, each batch through the new
 //!   store's own commit (atomic, counted in its usage records), and checked whole
 //!   after: the new store's entries equal the old one's, key by key.
-//! - On the Kubernetes store the copied groups lie in objects of their own; each
-//!   node's first call that changes one takes it into its home (one commit across
-//!   objects per group, once), after which its calls write only their home again.
+//! - On the Kubernetes store the copied groups lie in objects of their own; the
+//!   first runtime call that reads or changes one takes it into its node's home (one
+//!   commit across objects, once), after which that node's calls write only their
+//!   home again.
 
 use crate::error::{CniError, code};
 use crate::operator::ask::StoreAndLock;
@@ -120,9 +121,7 @@ pub fn migrate(
         for batch in keys.chunks(BATCH_KEYS) {
             // Each batch its own attempt: what the last one read (and wrote) is not a
             // version this one builds on.
-            if let Some(shared) = new.shared_mut() {
-                shared.begin();
-            }
+            afresh(new.as_mut());
             let changes: Changes = batch
                 .iter()
                 .map(|(key, value)| ((*key).clone(), Some((*value).clone())))
@@ -141,13 +140,9 @@ pub fn migrate(
         }
         let _ = writeln!(out, "network {network}: {} entries", entries.len());
     }
-    // Both read afresh: a store's reads within one attempt are one snapshot (the etcd
-    // store's at one revision), which would hide a commit made since.
-    for store in [&mut old, &mut new] {
-        if let Some(shared) = store.shared_mut() {
-            shared.begin();
-        }
-    }
+    // Both read afresh: a commit made since their last reads must show.
+    afresh(old.as_mut());
+    afresh(new.as_mut());
     if snapshot_of(old.as_ref(), &snapshot)? != snapshot {
         return Err(CniError::new(
             code::TRY_AGAIN_LATER,
@@ -213,8 +208,7 @@ fn busy(
             "node {node}'s last call to network {network:?} is not recorded, so it may still be calling: nothing was moved"
         )));
     };
-    let ago = now.saturating_sub(last);
-    (last > now || ago < idle.as_secs()).then(|| {
+    super::committed_within(last, now, idle).map(|ago| {
         CniError::new(
             code::TRY_AGAIN_LATER,
             format!(
@@ -222,6 +216,15 @@ fn busy(
             ),
         )
     })
+}
+
+/// Starts a new attempt on `store`: a cluster store's reads within one attempt are
+/// one snapshot (the etcd store's at one revision), which would hide what was
+/// committed since.
+fn afresh(store: &mut dyn Store) {
+    if let Some(shared) = store.shared_mut() {
+        shared.begin();
+    }
 }
 
 /// Every entry `store` holds (of `network` only, when given), by network.

@@ -214,8 +214,7 @@ fn refusal(
             "node {node}'s last call is not recorded (its record was written by a wasm-ipam that did not record it), so it may still be running; pass --force once it is surely gone"
         )));
     };
-    let ago = now.saturating_sub(last);
-    (last > now || ago < window.as_secs()).then(|| {
+    super::committed_within(last, now, window).map(|ago| {
         CniError::new(
             code::TRY_AGAIN_LATER,
             format!(
