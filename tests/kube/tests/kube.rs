@@ -174,17 +174,25 @@ fn log_lines(node: &Node) -> usize {
     node.log("IPAM_LOG_FILE").lines().count()
 }
 
+/// The records of the `command` calls in wasm-ipam's log after line `from`, read line
+/// by line: a line that is not JSON fails the test.
+fn call_records(node: &Node, command: &str, from: usize) -> Vec<Value> {
+    node.log("IPAM_LOG_FILE")
+        .lines()
+        .skip(from)
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {line}"))
+        })
+        .filter(|r: &Value| r["target"] == "invocation" && r["command"] == command)
+        .collect()
+}
+
 /// Prints what the `command` calls logged after line `from` cost: how many, how many
 /// failed (to be retried by the runtime), and the median and largest of their times
 /// and, on a cluster store, of their requests to it.
 fn print_call_figures(node: &Node, command: &str, from: usize) {
-    let log = node.log("IPAM_LOG_FILE");
-    let records: Vec<Value> = log
-        .lines()
-        .skip(from)
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|r| r["target"] == "invocation" && r["command"] == command)
-        .collect();
+    let records = call_records(node, command, from);
     let failed = records.iter().filter(|r| r["outcome"] != "ok").count();
     let prefix = match node.env("STORE") {
         "etcd" => "etcd_",
@@ -317,16 +325,7 @@ fn herd_deleted(node: &Node) {
     // Each sandbox's DELs, read from the log line by line: every one succeeded, so
     // each sandbox's first DEL did (a DEL the runtime killed at its timeout leaves no
     // record but the runtime's error above, and is then retried).
-    let records: Vec<Value> = node
-        .log("IPAM_LOG_FILE")
-        .lines()
-        .skip(from)
-        .map(|line| {
-            serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("a log line that is not JSON ({e}): {line}"))
-        })
-        .filter(|r: &Value| r["command"] == "DEL" && r["target"] == "invocation")
-        .collect();
+    let records = call_records(node, "DEL", from);
     let failed: Vec<&Value> = records.iter().filter(|r| r["outcome"] != "ok").collect();
     assert!(
         failed.is_empty(),
