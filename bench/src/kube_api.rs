@@ -21,7 +21,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::setup::workspace;
 
@@ -57,6 +57,29 @@ for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
 wait
 rm -rf "$dir"
 "#;
+
+/// The audit policy of [`KubeApi::start_audited`]: every request at level Metadata,
+/// one event per request (the stage when it was answered; a request's arrival is in
+/// the event as `requestReceivedTimestamp`).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+";
+
+/// One request the apiserver answered, from its audit log.
+#[derive(Clone, Debug)]
+pub struct AuditEvent {
+    /// The authenticated user, e.g. `system:node:bench-node`.
+    pub user: String,
+    /// `get`, `list`, `create`, `update`, `patch`, `delete`, `watch`, ...
+    pub verb: String,
+    /// The resource asked for (empty for a non-resource URL such as `/readyz`).
+    pub resource: String,
+    /// When the request arrived, by the apiserver's clock (this machine's).
+    pub received: SystemTime,
+}
 
 /// The directory holding `etcd`, `kube-apiserver` and `kubectl`: scripts/kube-peers.sh
 /// (cached, it only checks its files; otherwise it builds them, which takes minutes).
@@ -169,10 +192,22 @@ impl KubeApi {
     /// Starts etcd and the apiserver and waits until the apiserver is ready; a port
     /// taken by someone else before the bind is retried on fresh ports.
     pub fn start() -> io::Result<KubeApi> {
+        KubeApi::start_with(false)
+    }
+
+    /// [`KubeApi::start`], with the apiserver writing an audit log: one line per
+    /// request answered, at level Metadata (who, what, when; no bodies), read back by
+    /// [`KubeApi::audit_events`]. It counts every client's requests the same way,
+    /// whatever the client logs of its own.
+    pub fn start_audited() -> io::Result<KubeApi> {
+        KubeApi::start_with(true)
+    }
+
+    fn start_with(audit: bool) -> io::Result<KubeApi> {
         let peers = peers()?;
         let mut attempt = 1;
         loop {
-            match KubeApi::try_start(&peers) {
+            match KubeApi::try_start(&peers, audit) {
                 Err(e) if e.to_string().contains("address already in use") && attempt < 3 => {
                     attempt += 1;
                 }
@@ -181,7 +216,7 @@ impl KubeApi {
         }
     }
 
-    fn try_start(peers: &Path) -> io::Result<KubeApi> {
+    fn try_start(peers: &Path, audit: bool) -> io::Result<KubeApi> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let started = Instant::now();
         let dir = std::env::temp_dir().join(format!(
@@ -253,7 +288,7 @@ impl KubeApi {
         api.wait_etcd(client)?;
 
         let path = |name: &str| pki.join(name);
-        let apiserver_args: Vec<OsString> = vec![
+        let mut apiserver_args: Vec<OsString> = vec![
             peers.join("kube-apiserver").into(),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={}", api.port).into(),
@@ -274,6 +309,17 @@ impl KubeApi {
             // Unused (the serving certificate is given); not /var/run/kubernetes.
             flag("--cert-dir=", &pki),
         ];
+        if audit {
+            std::fs::write(api.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+            apiserver_args.extend([
+                flag("--audit-policy-file=", api.dir.join("audit-policy.yaml")),
+                flag("--audit-log-path=", api.audit_log()),
+                // Each event written before the request's handler returns, so a
+                // call's requests are all in the file once the call has exited.
+                "--audit-log-mode=blocking".into(),
+                "--audit-log-maxsize=0".into(),
+            ]);
+        }
         api.apiserver = api.run("kube-apiserver", &apiserver_args)?;
         api.wait_ready()?;
         eprintln!(
@@ -520,21 +566,66 @@ impl KubeApi {
     /// A kubeconfig as node `node`'s kubelet is: a client certificate with
     /// CN=system:node:NODE and O=system:nodes, signed by the CA.
     pub fn node_kubeconfig(&mut self, node: &str) -> io::Result<PathBuf> {
-        let name = format!("node-{node}");
-        self.issue(
-            &name,
-            &subject(&format!("system:node:{node}"), &["system:nodes"]),
-            "clientAuth",
-            None,
-        )?;
+        self.client_kubeconfig(
+            &format!("node-{node}"),
+            &format!("system:node:{node}"),
+            &["system:nodes"],
+        )
+    }
+
+    /// A kubeconfig `NAME.kubeconfig` as `user` in `groups`: a client certificate
+    /// with CN=user and an O for each group, signed by the CA.
+    pub fn client_kubeconfig(
+        &mut self,
+        name: &str,
+        user: &str,
+        groups: &[&str],
+    ) -> io::Result<PathBuf> {
+        self.issue(name, &subject(user, groups), "clientAuth", None)?;
         let pki = self.dir.join("pki");
         self.write_kubeconfig(
-            &name,
+            name,
             json!({
                 "client-certificate": pki.join(format!("{name}.crt")),
                 "client-key": pki.join(format!("{name}.key")),
             }),
         )
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// Every request the apiserver has answered so far, in the order it logged them;
+    /// empty unless started by [`KubeApi::start_audited`].
+    pub fn audit_events(&self) -> io::Result<Vec<AuditEvent>> {
+        let text = match std::fs::read_to_string(self.audit_log()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            read => read?,
+        };
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|line| {
+                let event: Value = serde_json::from_str(line).map_err(|e| {
+                    io::Error::other(format!(
+                        "the audit log holds a line that is not JSON ({e}): {line}"
+                    ))
+                })?;
+                let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                let received = humantime::parse_rfc3339(
+                    event["requestReceivedTimestamp"]
+                        .as_str()
+                        .unwrap_or_default(),
+                )
+                .map_err(|e| io::Error::other(format!("an audit event's time: {e}: {line}")))?;
+                Ok(AuditEvent {
+                    user: text(&event["user"]["username"]),
+                    verb: text(&event["verb"]),
+                    resource: text(&event["objectRef"]["resource"]),
+                    received,
+                })
+            })
+            .collect()
     }
 
     fn kubectl_command(&self, kubeconfig: &Path) -> Command {

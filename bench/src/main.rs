@@ -8,12 +8,12 @@ use std::time::Instant;
 use wasm_ipam_bench::report::{self, Section};
 use wasm_ipam_bench::scenario::{
     busy, churn, engines, etcd_churn, etcd_herd, herd, kube_del_herd, kube_node, kube_store,
-    languages, latency, ordering, stats_log, store_open,
+    languages, latency, ordering, stats_log, store_open, whereabouts,
 };
 use wasm_ipam_bench::setup::{Paths, workspace};
 
 const USAGE: &str = "\
-usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-store|kube-node|kube-del-herd|ordering|churn|engines|store-open|stats-log> [options]
+usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kube-store|kube-node|kube-del-herd|whereabouts|ordering|churn|engines|store-open|stats-log> [options]
 
   all          run every scenario and write the report (--out)
   latency      warm ADD+DEL cycles, cold first calls, peak memory
@@ -25,6 +25,7 @@ usage: wasm-ipam-bench <all|latency|languages|busy|herd|etcd-herd|etcd-churn|kub
   kube-store   ADD and DEL cycles on the Kubernetes store (a real kube-apiserver) vs etcd
   kube-node    pods created then deleted at once under kubelet and containerd 2, vs host-local
   kube-del-herd  the DEL herd under kubelet at qps 5, burst 10: the Kubernetes store vs etcd
+  whereabouts  ADD/DEL cycles and a DEL herd on one apiserver: the Kubernetes store vs whereabouts
   ordering     DEL herds: wasm-ipam vs the pre-fix / post-fix timer models
   churn        sustained churn: wasm-ipam's and a bare flock's lock-wait tails vs a simulated FIFO
   engines      one call's store work, process per call: redb (v0.1) vs SQLite
@@ -52,6 +53,8 @@ options (defaults in brackets):
   --kube-store-cycles N      kube-store: ADD+DEL cycles per store [100]
   --kube-pods N              kube-node: pods created, then deleted, at once [100]
   --kube-herd-pods N         kube-del-herd: pods created, then deleted, at once [200]
+  --whereabouts-cycles N     whereabouts: ADD+DEL cycles per plugin [100]
+  --whereabouts-herd N       whereabouts: DELs at once [200]
   --ordering-sizes N,N       ordering herd sizes [100,500]
   --seconds S                churn: how long calls arrive [30]
   --interval-ms MS           churn: time between arrivals [15]
@@ -64,7 +67,7 @@ options (defaults in brackets):
 ";
 
 /// The scenarios `all` runs, in order.
-const SCENARIOS: [&str; 14] = [
+const SCENARIOS: [&str; 15] = [
     "latency",
     "languages",
     "busy",
@@ -74,6 +77,7 @@ const SCENARIOS: [&str; 14] = [
     "kube-store",
     "kube-node",
     "kube-del-herd",
+    "whereabouts",
     "ordering",
     "churn",
     "engines",
@@ -92,6 +96,7 @@ struct Args {
     kube_store: kube_store::Options,
     kube_node: kube_node::Options,
     kube_del_herd: kube_del_herd::Options,
+    whereabouts: whereabouts::Options,
     ordering: ordering::Options,
     churn: churn::Options,
     engines: engines::Options,
@@ -130,6 +135,10 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         kube_store: kube_store::Options { cycles: 100 },
         kube_node: kube_node::Options { pods: 100 },
         kube_del_herd: kube_del_herd::Options { pods: 200 },
+        whereabouts: whereabouts::Options {
+            cycles: 100,
+            herd: 200,
+        },
         ordering: ordering::Options {
             sizes: vec![100, 500],
         },
@@ -178,6 +187,8 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--kube-store-cycles" => args.kube_store.cycles = count(value)?,
             "--kube-pods" => args.kube_node.pods = count(value)?,
             "--kube-herd-pods" => args.kube_del_herd.pods = count(value)?,
+            "--whereabouts-cycles" => args.whereabouts.cycles = count(value)?,
+            "--whereabouts-herd" => args.whereabouts.herd = count(value)?,
             "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
             "--ordering-sizes" => args.ordering.sizes = counts(value)?,
             "--seconds" => args.churn.seconds = num(value)?,
@@ -207,6 +218,7 @@ fn scenario(name: &str, args: &Args) -> Result<Section, String> {
         "kube-store" => kube_store::run(&args.paths, &args.kube_store),
         "kube-node" => kube_node::run(&args.paths, &args.kube_node),
         "kube-del-herd" => kube_del_herd::run(&args.paths, &args.kube_del_herd),
+        "whereabouts" => whereabouts::run(&args.paths, &args.whereabouts),
         "ordering" => ordering::run(&args.paths, &args.ordering),
         "churn" => churn::run(&args.paths, &args.churn),
         "engines" => engines::run(&args.engines),

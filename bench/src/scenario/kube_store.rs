@@ -152,7 +152,7 @@ struct Versions {
 
 /// The CRD and the nodes' RBAC as the binary under test prints them, applied as the
 /// admin; returns once the apiserver serves the CRD (its Established condition).
-fn apply_manifests(api: &KubeApi, wasm_ipam: &Path) -> io::Result<()> {
+pub(crate) fn apply_manifests(api: &KubeApi, wasm_ipam: &Path) -> io::Result<()> {
     let out = Command::new(wasm_ipam)
         .args(["kubernetes", "manifests"])
         .output()?;
@@ -322,7 +322,7 @@ fn count(v: f64) -> String {
 
 /// The command, the machine and the binary, on one line: this section may be run on
 /// its own and placed beside a full run's sections.
-fn machine_line(wasm_ipam: &Path) -> String {
+pub(crate) fn machine_line(wasm_ipam: &Path) -> String {
     let command = std::env::var("WASM_IPAM_BENCH_COMMAND").unwrap_or_else(|_| {
         let args: Vec<String> = std::env::args().skip(1).collect();
         format!("wasm-ipam-bench {}", args.join(" "))

@@ -17,6 +17,7 @@ pub mod ordering;
 pub mod stats_log;
 pub mod store_open;
 pub mod syncs;
+pub mod whereabouts;
 
 use crate::fifo::{self, Job};
 use crate::invocations::{self, Invocation};
@@ -147,6 +148,35 @@ pub fn herd_on(
     }
     done.sort_by_key(|f| f.tag);
     Ok(done)
+}
+
+/// How many addresses `wasm-ipam list` shows for the network of `netconf`.
+pub fn listed(wasm_ipam: &Path, netconf: &Path) -> io::Result<usize> {
+    let out = std::process::Command::new(wasm_ipam)
+        .args(["list", "--json", "--netconf"])
+        .arg(netconf)
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "wasm-ipam list: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let rows: Value = serde_json::from_slice(&out.stdout).map_err(io::Error::other)?;
+    Ok(rows.as_array().map_or(0, Vec::len))
+}
+
+/// How many addresses whereabouts' IPPools (`kubectl get ippools -o json`, `pools`)
+/// hand to a pod, in the pools of `range` or in all. It frees none a pod holds,
+/// whether or not the pod is gone.
+pub fn whereabouts_allocations(pools: &Value, range: Option<&str>) -> usize {
+    pools["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| range.is_none_or(|r| p["spec"]["range"] == r))
+        .map(|p| p["spec"]["allocations"].as_object().map_or(0, |a| a.len()))
+        .sum()
 }
 
 /// First spawn to last reap, ms.
