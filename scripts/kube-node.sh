@@ -2,13 +2,17 @@
 # A one-node Kubernetes cluster of real processes on this machine, with wasm-ipam as
 # the node's IPAM, as kind or minikube would give one but without containers:
 #
-#   scripts/kube-node.sh up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local] [--replace]
+#   scripts/kube-node.sh up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local|whereabouts] [--replace]
 #       --store: where the network keeps its addresses: local, host-local on the
 #       embedded store; etcd, cluster-pool on the cluster's etcd; kubernetes,
 #       cluster-pool in the Kubernetes API (the store's CRD and RBAC applied, the
 #       netconf's kubeconfig the kubelet's, copied by `wasm-ipam install --kubeconfig`).
 #       --qps, --burst: the cluster store's node-wide request rate (its defaults
 #       when not given: etcd 50 and 100, kubernetes 5 and 100).
+#       --ipam: the node's IPAM instead of wasm-ipam, in the same conflist, for the
+#       benchmarks: host-local (the reference one, with --store local), or whereabouts
+#       (scripts/whereabouts.sh's, with --store kubernetes: its CRDs and RBAC applied,
+#       an identity of its own, its Lease in kube-system, the pod CIDR as its range).
 #       --replace: a node already running (another DIR's) is taken down first; without
 #       it `up` refuses one, naming its DIR. A node whose processes are all gone (its
 #       run or its machine stopped before `down`) is always reclaimed.
@@ -34,7 +38,7 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 usage() {
-  echo "usage: $0 up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
+  echo "usage: $0 up DIR [--store local|etcd|kubernetes] [--subnet CIDR] [--block-size N] [--qps Q --burst B] [--ipam host-local|whereabouts] [--replace] | restart-runtime DIR [--wipe] | down DIR" >&2
   exit 2
 }
 (($# >= 2)) || usage
@@ -264,6 +268,72 @@ conflist["plugins"][0]["ipam"] = {"type": "host-local", "dataDir": data_dir,
 json.dump(conflist, open(path, "w"), indent=2)
 PY
   fi
+  if [[ $ipam == whereabouts ]]; then
+    [[ $store == kubernetes ]] || die "--ipam whereabouts takes --store kubernetes"
+    whereabouts_ipam
+  fi
+}
+
+# --ipam whereabouts: its CRDs and its rights applied as an operator applies them
+# (its DaemonSet's ClusterRole, as far as the CNI calls go), an identity of its own
+# (its DaemonSet's service account in a cluster; a client certificate here: the
+# kubelet's identity may not use its Lease, which NodeRestriction confines to
+# kube-node-lease), its binary in the bin dir, its flat configuration file, and the
+# conflist's IPAM replaced by it.
+whereabouts_ipam() {
+  local wb kubectl=("$peers/kubectl" --kubeconfig "$dir/kubeconfig")
+  wb=$(scripts/whereabouts.sh) || die "scripts/whereabouts.sh failed"
+  mkdir -p "$dir/whereabouts"
+  local pki=$dir/pki # issue's (certificates') directory
+  issue whereabouts "/CN=whereabouts"
+  kubeconfig "$dir/whereabouts/kubeconfig" whereabouts
+  { cat "$wb/ippools.yaml"; echo ---; cat "$wb/overlappingrangeipreservations.yaml"; echo ---
+    cat <<EOF
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: whereabouts-node}
+rules:
+- apiGroups: [whereabouts.cni.cncf.io]
+  resources: [ippools, overlappingrangeipreservations]
+  verbs: [get, list, watch, create, update, patch, delete]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, list, watch, create, update, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: whereabouts-node}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: whereabouts-node}
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: whereabouts}
+EOF
+  } | "${kubectl[@]}" apply -f - >"$dir/logs/whereabouts-manifests.log" 2>&1 || {
+    cat "$dir/logs/whereabouts-manifests.log" >&2
+    die "applying whereabouts' CRDs and RBAC failed"
+  }
+  "${kubectl[@]}" wait --for=condition=Established --timeout=60s \
+    crd/ippools.whereabouts.cni.cncf.io crd/overlappingrangeipreservations.whereabouts.cni.cncf.io \
+    >>"$dir/logs/whereabouts-manifests.log" 2>&1 || die "whereabouts' CRDs were not Established in 60 s"
+  wait_until 60 "whereabouts may update its Lease" bash -c \
+    "[[ \$('$peers/kubectl' --kubeconfig '$dir/whereabouts/kubeconfig' auth can-i update leases -n kube-system) == yes ]]" ||
+    die "the RBAC applied does not let whereabouts update its Lease"
+  ln -sf "$wb/whereabouts" "$dir/cni/bin/whereabouts"
+  python3 - "$dir/cni/net.d/00-wasm-ipam.conflist" "$dir/whereabouts" "$dir/whereabouts/kubeconfig" "$pod_cidr" <<'PY'
+import json, sys
+path, wb_dir, kubeconfig, cidr = sys.argv[1:]
+import ipaddress
+flat = wb_dir + "/whereabouts.conf"
+json.dump({"datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig},
+    "log_file": wb_dir + "/whereabouts.log", "log_level": "error"}, open(flat, "w"))
+conflist = json.load(open(path))
+# ptp gives the host's side of each pod's link the gateway of the IPAM's result
+# (and fails without one): the range's first address, not one to hand to a pod.
+gateway = str(ipaddress.ip_network(cidr)[1])
+conflist["plugins"][0]["ipam"] = {"type": "whereabouts", "range": cidr,
+    "gateway": gateway, "exclude": [gateway + "/32"],
+    "kubernetes": {"kubeconfig": kubeconfig}, "configuration_path": flat}
+json.dump(conflist, open(path, "w"), indent=2)
+PY
 }
 
 # The Kubernetes store's CRD and the nodes' RBAC, applied as the admin, as an operator
@@ -626,7 +696,7 @@ up)
     esac
   done
   [[ $store == local || $store == etcd || $store == kubernetes ]] || usage
-  [[ $ipam == wasm-ipam || $ipam == host-local ]] || usage
+  [[ $ipam == wasm-ipam || $ipam == host-local || $ipam == whereabouts ]] || usage
   up
   ;;
 restart-runtime) restart_runtime "$@" ;;

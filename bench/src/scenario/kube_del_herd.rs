@@ -3,9 +3,10 @@
 //! node-wide rate limiter is at `qps` 5 and `burst` 10, N pods created at once and
 //! then deleted at once. Calico's DELs failed in this scene ("client rate limiter Wait
 //! returned an error: context deadline exceeded"). The same scene on the Kubernetes
-//! store and on the etcd store, one node after the other in the same run; what each
-//! DEL did is read from wasm-ipam's log, line by line, and what the runtime said
-//! from containerd's and kubelet's.
+//! store, on the etcd store, and with whereabouts as the node's IPAM, one node after
+//! the other in the same run; what each DEL did is read from wasm-ipam's log, line by
+//! line (whereabouts': its IPPools after, and its error lines), and what the runtime
+//! said from containerd's and kubelet's.
 
 use super::kube_node::KubeNode;
 use crate::report::{Section, table};
@@ -13,7 +14,6 @@ use crate::setup::Paths;
 use crate::stats::{Samples, ratio};
 use serde_json::Value;
 use std::io;
-use std::process::Command;
 use std::time::Duration;
 
 pub struct Options {
@@ -39,25 +39,65 @@ struct Measured {
     rate_wait_ms: Samples,
 }
 
+/// The node's IPAM in one scene.
+#[derive(Clone, Copy, PartialEq)]
+enum Ipam {
+    /// wasm-ipam on this cluster store.
+    WasmIpam(&'static str),
+    /// whereabouts v0.9.2 in the Kubernetes API (scripts/kube-node.sh --ipam whereabouts).
+    Whereabouts,
+}
+
+impl Ipam {
+    fn name(self) -> &'static str {
+        match self {
+            Ipam::WasmIpam("kubernetes") => "wasm-ipam, Kubernetes store",
+            Ipam::WasmIpam(_) => "wasm-ipam, etcd store",
+            Ipam::Whereabouts => "whereabouts v0.9.2",
+        }
+    }
+}
+
 pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let mut rows = Vec::new();
     let mut measured = Vec::new();
-    for store in ["kubernetes", "etcd"] {
-        let m = on_a_node(paths, store, opts.pods)?;
+    for ipam in [
+        Ipam::WasmIpam("kubernetes"),
+        Ipam::WasmIpam("etcd"),
+        Ipam::Whereabouts,
+    ] {
+        let m = on_a_node(paths, ipam, opts.pods)?;
+        // What wasm-ipam's log says of each DEL; whereabouts logs no such record.
+        let logged = |s: String| match ipam {
+            Ipam::Whereabouts => "n/a".to_string(),
+            Ipam::WasmIpam(_) => s,
+        };
         rows.push(vec![
-            store.to_string(),
+            ipam.name().to_string(),
             opts.pods.to_string(),
             format!("{:.1} s", m.all_running.as_secs_f64()),
             format!("{:.1} s", m.all_deleted.as_secs_f64()),
-            format!("**{}** of {} / {}", m.dels_failed, m.dels, m.runtime_errors),
-            m.leaked.to_string(),
-            format!(
+            match ipam {
+                Ipam::Whereabouts => format!(
+                    "({} error lines in its log) / {}",
+                    m.dels_failed, m.runtime_errors
+                ),
+                Ipam::WasmIpam(_) => {
+                    format!("**{}** of {} / {}", m.dels_failed, m.dels, m.runtime_errors)
+                }
+            },
+            format!("**{}**", m.leaked),
+            logged(format!(
                 "{:.1} s / {:.1} s",
                 m.lock_wait_ms.median() / 1000.0,
                 m.lock_wait_ms.max() / 1000.0
-            ),
-            format!("{:.0} / {:.0}", m.requests.median(), m.requests.max()),
-            format!("{:.0} ms", m.rate_wait_ms.max()),
+            )),
+            logged(format!(
+                "{:.0} / {:.0}",
+                m.requests.median(),
+                m.requests.max()
+            )),
+            logged(format!("{:.0} ms", m.rate_wait_ms.max())),
         ]);
         measured.push(m);
     }
@@ -73,6 +113,18 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         ratio(k.requests.median(), e.requests.median()),
         String::new(),
     ]);
+    let w = &measured[2];
+    rows.push(vec![
+        "ratio wasm-ipam Kubernetes / whereabouts".into(),
+        String::new(),
+        ratio(k.all_running.as_secs_f64(), w.all_running.as_secs_f64()),
+        ratio(k.all_deleted.as_secs_f64(), w.all_deleted.as_secs_f64()),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+        String::new(),
+    ]);
     let body = format!(
         "A one-node cluster of real processes (scripts/kube-node.sh: kube-apiserver, kubelet \
          and containerd 2 built from their Go modules, ptp as the main plugin), wasm-ipam \
@@ -82,7 +134,16 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
          the budget as `wasm-ipam install` writes it (`deadlineSeconds` 45 from the lock \
          grant, `lockTimeoutSeconds` 60). {n} pods \
          created with one `kubectl apply`, then deleted with one `kubectl delete`, first \
-         on the Kubernetes store, then on a fresh node on the etcd store. All deleted: \
+         on the Kubernetes store, then on a fresh node on the etcd store, then on a \
+         fresh node with whereabouts v0.9.2 as its IPAM instead (scripts/whereabouts.sh, \
+         built from its Go module; its CRDs and its ClusterRole applied, bound to an \
+         identity of its own, as its DaemonSet's service account is (the kubelet's may \
+         not use its Lease: NodeRestriction keeps a node to its own Lease in \
+         kube-node-lease), the pod CIDR as its range; client-go's default rate, `qps` 5 and \
+         `burst` 10, in each of its processes, as it sets none). whereabouts' DEL exits \
+         0 whatever happened and logs no per-call record: its failures show as \
+         addresses its IPPools still hold after every pod went, and as error lines in \
+         its own log. All deleted: \
          the delete to the last sandbox torn down and every pod gone from the API. DELs \
          failed: wasm-ipam's DEL records that are not ok, of all DEL records, and the \
          error lines about a teardown in containerd's and kubelet's logs (a DEL the \
@@ -113,19 +174,50 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     })
 }
 
-fn on_a_node(paths: &Paths, store: &str, pods: usize) -> io::Result<Measured> {
+fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {
+    let (store, flags) = match ipam {
+        Ipam::WasmIpam(store) => (store, vec!["--store", store]),
+        Ipam::Whereabouts => (
+            "kubernetes",
+            vec!["--store", "kubernetes", "--ipam", "whereabouts"],
+        ),
+    };
+    let label = match ipam {
+        Ipam::WasmIpam(store) => format!("del-herd-{store}"),
+        Ipam::Whereabouts => "del-herd-whereabouts".into(),
+    };
     let node = KubeNode::up(
         paths,
-        &format!("del-herd-{store}"),
-        &["--store", store, "--qps", QPS, "--burst", BURST],
+        &label,
+        &[&flags[..], &["--qps", QPS, "--burst", BURST]].concat(),
         &paths.cluster_pool_module,
     )?;
     let all_running = node.run_pods(pods)?.into_iter().max().unwrap_or_default();
 
-    let log_from = read(&node.env("IPAM_LOG_FILE"))?.lines().count();
+    let log_from = read(&node.env("IPAM_LOG_FILE"))
+        .unwrap_or_default()
+        .lines()
+        .count();
     let errors_before = runtime_errors(&node)?;
     let all_deleted = node.delete_pods()?;
     let runtime_errors = runtime_errors(&node)? - errors_before;
+    if ipam == Ipam::Whereabouts {
+        let log = node.dir.join("whereabouts/whereabouts.log");
+        return Ok(Measured {
+            all_running,
+            all_deleted,
+            dels: 0,
+            dels_failed: std::fs::read_to_string(log)
+                .unwrap_or_default()
+                .lines()
+                .count(),
+            runtime_errors,
+            leaked: whereabouts_leaked(&node)?,
+            lock_wait_ms: Samples::default(),
+            requests: Samples::default(),
+            rate_wait_ms: Samples::default(),
+        });
+    }
     let prefix = match store {
         "kubernetes" => "kube_",
         _ => "etcd_",
@@ -153,6 +245,13 @@ fn on_a_node(paths: &Paths, store: &str, pods: usize) -> io::Result<Measured> {
 
 fn read(path: &str) -> io::Result<String> {
     std::fs::read_to_string(path)
+}
+
+/// The addresses whereabouts' IPPools still hand to a pod.
+fn whereabouts_leaked(node: &KubeNode) -> io::Result<usize> {
+    let pools = node.kubectl(&["get", "ippools.whereabouts.cni.cncf.io", "-A", "-o", "json"])?;
+    let pools: Value = serde_json::from_str(&pools).map_err(io::Error::other)?;
+    Ok(super::whereabouts_allocations(&pools, None))
 }
 
 /// containerd's and kubelet's error lines about tearing a sandbox's network down.
@@ -183,16 +282,5 @@ fn leaked(paths: &Paths, node: &KubeNode) -> io::Result<usize> {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "conflist"))
         .ok_or_else(|| io::Error::other(format!("no conflist in {conf_dir}")))?;
-    let out = Command::new(&paths.wasm_ipam)
-        .args(["list", "--json", "--netconf"])
-        .arg(&conflist)
-        .output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "wasm-ipam list: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    let rows: Value = serde_json::from_slice(&out.stdout).map_err(io::Error::other)?;
-    Ok(rows.as_array().map_or(0, Vec::len))
+    super::listed(&paths.wasm_ipam, &conflist)
 }

@@ -152,7 +152,7 @@ fn until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) -> io::Res
 
 /// A node brought up by scripts/kube-node.sh, taken down on drop.
 pub(crate) struct KubeNode {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     kubeconfig: PathBuf,
     peers: PathBuf,
     runtime_endpoint: String,
@@ -258,7 +258,7 @@ impl KubeNode {
         command
     }
 
-    fn kubectl(&self, args: &[&str]) -> io::Result<String> {
+    pub(crate) fn kubectl(&self, args: &[&str]) -> io::Result<String> {
         let out = self.command("kubectl").args(args).output()?;
         if !out.status.success() {
             return Err(io::Error::other(format!(

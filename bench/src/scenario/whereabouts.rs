@@ -612,6 +612,7 @@ fn section(
                 format!("**{}**", h.failed),
                 format!("**{}**", h.leaked),
                 format!("{:.1}", h.requests as f64 / opts.herd as f64),
+                format!("{:.0}", h.requests as f64 / (h.wall_ms / 1000.0)),
             ]
         })
         .collect();
@@ -634,8 +635,17 @@ fn section(
             "DELs that failed (exit status)",
             "addresses leaked",
             "requests per DEL",
+            "the node's requests per second",
         ],
         &herd_rows,
+    );
+    body += &format!(
+        "\nThe last column is what the apiserver saw from the node during the herd: \
+         wasm-ipam's limiter is the node's, so its {n} DELs together keep to `qps` \
+         {HERD_QPS} after the `burst` of {HERD_BURST} and wait for it; whereabouts' is each \
+         process's, so {n} processes together may send {n} × {HERD_BURST} at once and {n} \
+         × {HERD_QPS} a second.\n",
+        n = opts.herd
     );
     body += &format!("\n{}\n", super::kube_store::machine_line(&paths.wasm_ipam));
     Section {
