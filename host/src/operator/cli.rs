@@ -55,6 +55,8 @@ pub enum Operation {
     Stats(Stats),
     // Boxed: its flags make it by far the largest command.
     Install(Box<Install>),
+    /// What a cluster whose networks keep their state in the Kubernetes API needs
+    /// (`manifests`); see docs/kubernetes-store.md
     #[command(subcommand)]
     Kubernetes(KubernetesCommand),
     ImportHostLocal(ImportHostLocal),

@@ -234,3 +234,29 @@ spec:
 "#
     )
 }
+
+#[cfg(test)]
+mod tests {
+    /// docs/kubernetes-store.md shows what `wasm-ipam kubernetes manifests` prints with
+    /// the CRD's schema left out (its text says so): every other line as printed, in
+    /// order, none missing.
+    #[test]
+    fn the_setup_guide_shows_the_manifests_as_printed() {
+        let doc = include_str!("../../../../docs/kubernetes-store.md");
+        let shown = doc
+            .split("```output excerpt\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```\n").next())
+            .expect("docs/kubernetes-store.md has an output excerpt of the manifests");
+        let printed = super::all();
+        let (crd, rest) = printed
+            .split_once("    schema:\n")
+            .expect("the CRD has a schema");
+        let (_schema, rest) = rest.split_once("---\n").expect("the RBAC follows the CRD");
+        let expected = format!("{crd}---\n{rest}");
+        assert_eq!(
+            shown, expected,
+            "docs/kubernetes-store.md's excerpt of `wasm-ipam kubernetes manifests` differs from what it prints"
+        );
+    }
+}
