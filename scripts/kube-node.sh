@@ -274,8 +274,8 @@ PY
   fi
 }
 
-# --ipam whereabouts: its CRDs and its rights applied as an operator applies them
-# (its DaemonSet's ClusterRole, as far as the CNI calls go), an identity of its own
+# --ipam whereabouts: its CRDs and its rights (scripts/whereabouts/rbac.yaml) applied
+# as an operator applies them, an identity of its own
 # (its DaemonSet's service account in a cluster; a client certificate here: the
 # kubelet's identity may not use its Lease, which NodeRestriction confines to
 # kube-node-lease), its binary in the bin dir, its flat configuration file, and the
@@ -288,25 +288,7 @@ whereabouts_ipam() {
   issue whereabouts "/CN=whereabouts"
   kubeconfig "$dir/whereabouts/kubeconfig" whereabouts
   { cat "$wb/ippools.yaml"; echo ---; cat "$wb/overlappingrangeipreservations.yaml"; echo ---
-    cat <<EOF
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: whereabouts-node}
-rules:
-- apiGroups: [whereabouts.cni.cncf.io]
-  resources: [ippools, overlappingrangeipreservations]
-  verbs: [get, list, watch, create, update, patch, delete]
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, list, watch, create, update, patch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: whereabouts-node}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: whereabouts-node}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: whereabouts}
-EOF
+    cat scripts/whereabouts/rbac.yaml
   } | "${kubectl[@]}" apply -f - >"$dir/logs/whereabouts-manifests.log" 2>&1 || {
     cat "$dir/logs/whereabouts-manifests.log" >&2
     die "applying whereabouts' CRDs and RBAC failed"

@@ -23,8 +23,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::setup::workspace;
-
 /// How long the apiserver may take to answer `/readyz` on a loaded 2-core machine.
 const READY_LIMIT: Duration = Duration::from_secs(120);
 /// How long its etcd may take to answer `/health`.
@@ -84,19 +82,7 @@ pub struct AuditEvent {
 /// The directory holding `etcd`, `kube-apiserver` and `kubectl`: scripts/kube-peers.sh
 /// (cached, it only checks its files; otherwise it builds them, which takes minutes).
 pub fn peers() -> io::Result<PathBuf> {
-    let root = workspace();
-    let out = Command::new(root.join("scripts/kube-peers.sh"))
-        .current_dir(&root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "scripts/kube-peers.sh failed ({}); its progress is on stderr above",
-            out.status
-        )));
-    }
-    let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dir = crate::setup::script_dir("scripts/kube-peers.sh")?;
     match ["etcd", "kube-apiserver", "kubectl"]
         .iter()
         .find(|peer| !dir.join(peer).is_file())

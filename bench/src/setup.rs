@@ -87,6 +87,25 @@ impl Paths {
     }
 }
 
+/// The directory a build script of the workspace (`scripts/kube-peers.sh`,
+/// `scripts/whereabouts.sh`) prints: cached, it only checks its files; otherwise it
+/// builds them, which takes minutes, its progress on stderr.
+pub fn script_dir(script: &str) -> std::io::Result<PathBuf> {
+    let root = workspace();
+    let out = std::process::Command::new(root.join(script))
+        .current_dir(&root)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{script} failed ({}); its progress is on stderr above",
+            out.status
+        )));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// A directory under the system temp dir, removed (with its contents) on drop.
 pub struct TempDir(PathBuf);
 

@@ -26,7 +26,6 @@ use crate::stats::{Samples, ms, ratio};
 use serde_json::{Value, json};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Instant, SystemTime};
 
 pub struct Options {
@@ -40,7 +39,7 @@ pub struct Options {
 const NODE: &str = "bench-node";
 /// The identity whereabouts authenticates as (its DaemonSet's service account, in a
 /// cluster; a client certificate here).
-const WHEREABOUTS_USER: &str = "whereabouts-bench";
+const WHEREABOUTS_USER: &str = "whereabouts";
 /// The pods' namespace in `CNI_ARGS`.
 const NAMESPACE: &str = "bench";
 /// The network each plugin hands addresses out of (a /16: the herd fits either way).
@@ -58,44 +57,13 @@ const WHEREABOUTS_CRDS: [&str; 2] = [
     "crd/ippools.whereabouts.cni.cncf.io",
     "crd/overlappingrangeipreservations.whereabouts.cni.cncf.io",
 ];
-/// What whereabouts' identity may do: its own DaemonSet's ClusterRole
-/// (doc/crds/daemonset-install.yaml) as far as the CNI calls go: its two resources,
-/// and the Lease all its calls elect a leader on.
-const WHEREABOUTS_RBAC: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: whereabouts-bench}
-rules:
-- apiGroups: [whereabouts.cni.cncf.io]
-  resources: [ippools, overlappingrangeipreservations]
-  verbs: [get, list, watch, create, update, patch, delete]
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, list, watch, create, update, patch, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: whereabouts-bench}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: whereabouts-bench}
-subjects:
-- {apiGroup: rbac.authorization.k8s.io, kind: User, name: whereabouts-bench}
-"#;
+/// What whereabouts' identity may do, as scripts/kube-node.sh --ipam whereabouts
+/// grants it too (bound to the user `whereabouts`).
+const WHEREABOUTS_RBAC: &str = include_str!("../../../scripts/whereabouts/rbac.yaml");
 
 /// The directory scripts/whereabouts.sh builds whereabouts and its CRDs into.
 fn whereabouts_dir() -> io::Result<PathBuf> {
-    let root = crate::setup::workspace();
-    let out = Command::new(root.join("scripts/whereabouts.sh"))
-        .current_dir(&root)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "scripts/whereabouts.sh failed ({}); its progress is on stderr above",
-            out.status
-        )));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    crate::setup::script_dir("scripts/whereabouts.sh")
 }
 
 /// One plugin under test: how it is called and who it is to the apiserver.
