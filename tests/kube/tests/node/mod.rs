@@ -254,6 +254,11 @@ impl Node {
     pub fn crictl_json(&self, args: &[&str]) -> Value {
         let out = Command::new(self.peer("crictl"))
             .args(["--runtime-endpoint", self.env("RUNTIME_ENDPOINT")])
+            // crictl's default of 2 s per request is shorter than containerd's
+            // ListPodSandbox takes while it tears a herd of 200 sandboxes down on a
+            // loaded 2-core machine (seen: DeadlineExceeded); the waits that poll
+            // through here bound the whole.
+            .args(["--timeout", "30s"])
             .args(args)
             .args(["-o", "json"])
             .output()
