@@ -433,6 +433,13 @@ const DOC_LINES: &[(&str, &str, &[&str])] = &[
         "wasm-ipam install --module /path/cluster_pool.wasm --main-plugin ptp --ipam-config /etc/wasm-ipam/cluster.json --kubeconfig /etc/kubernetes/kubelet.conf",
         &[],
     ),
+    // The production checklist's line: the same flags but the module's path, which
+    // `install_writes_the_nodes_kubeconfig_and_an_add_uses_it` runs.
+    (
+        "docs/kubernetes-production.md",
+        "wasm-ipam install --module /opt/cni/wasm/cluster_pool.wasm --main-plugin ptp --ipam-config /etc/wasm-ipam/cluster.json --kubeconfig /etc/kubernetes/kubelet.conf",
+        &[],
+    ),
     // An OCI reference needs a registry: supply_chain.rs runs this one
     // (`install_pulls_a_module_from_a_registry_and_pins_it`, and the guide itself).
     (
