@@ -85,6 +85,25 @@ pub fn ms(v: f64) -> String {
     }
 }
 
+/// A count: whole numbers as such, a median between two as one decimal.
+pub fn count(v: f64) -> String {
+    match v.is_finite() {
+        true if v.fract() == 0.0 => format!("{v:.0}"),
+        true => format!("{v:.1}"),
+        false => "n/a".into(),
+    }
+}
+
+/// A latency column: "p50 / p99".
+pub fn p50_p99(s: &Samples) -> String {
+    format!("{} / {}", ms(s.median()), ms(s.percentile(0.99)))
+}
+
+/// A column of counts: "median / max".
+pub fn median_max(s: &Samples) -> String {
+    format!("{} / {}", count(s.median()), count(s.max()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

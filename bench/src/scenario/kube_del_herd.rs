@@ -101,30 +101,30 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         ]);
         measured.push(m);
     }
-    let (k, e) = (&measured[0], &measured[1]);
-    rows.push(vec![
-        "ratio Kubernetes / etcd".into(),
-        String::new(),
-        ratio(k.all_running.as_secs_f64(), e.all_running.as_secs_f64()),
-        ratio(k.all_deleted.as_secs_f64(), e.all_deleted.as_secs_f64()),
-        String::new(),
-        String::new(),
-        ratio(k.lock_wait_ms.max(), e.lock_wait_ms.max()),
-        ratio(k.requests.median(), e.requests.median()),
-        String::new(),
-    ]);
-    let w = &measured[2];
-    rows.push(vec![
-        "ratio wasm-ipam Kubernetes / whereabouts".into(),
-        String::new(),
-        ratio(k.all_running.as_secs_f64(), w.all_running.as_secs_f64()),
-        ratio(k.all_deleted.as_secs_f64(), w.all_deleted.as_secs_f64()),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-        String::new(),
-    ]);
+    // Ratios of wasm-ipam on the Kubernetes store against each other node; the lock
+    // and request columns only where both are wasm-ipam's (whereabouts logs neither).
+    let k = &measured[0];
+    for (label, other, logged) in [
+        ("ratio Kubernetes / etcd", &measured[1], true),
+        (
+            "ratio wasm-ipam Kubernetes / whereabouts",
+            &measured[2],
+            false,
+        ),
+    ] {
+        let both = |row: String| if logged { row } else { String::new() };
+        rows.push(vec![
+            label.into(),
+            String::new(),
+            ratio(k.all_running.as_secs_f64(), other.all_running.as_secs_f64()),
+            ratio(k.all_deleted.as_secs_f64(), other.all_deleted.as_secs_f64()),
+            String::new(),
+            String::new(),
+            both(ratio(k.lock_wait_ms.max(), other.lock_wait_ms.max())),
+            both(ratio(k.requests.median(), other.requests.median())),
+            String::new(),
+        ]);
+    }
     let body = format!(
         "A one-node cluster of real processes (scripts/kube-node.sh: kube-apiserver, kubelet \
          and containerd 2 built from their Go modules, ptp as the main plugin), wasm-ipam \

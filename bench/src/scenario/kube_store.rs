@@ -18,7 +18,7 @@ use crate::kube_api::KubeApi;
 use crate::process::{Finished, Runner};
 use crate::report::{self, Section, table};
 use crate::setup::{Node, Paths, TempDir, workspace};
-use crate::stats::{Samples, ms, ratio};
+use crate::stats::{Samples, count, median_max, ms, p50_p99, ratio};
 use serde_json::{Value, json};
 use std::io;
 use std::path::Path;
@@ -311,15 +311,6 @@ fn figures(store: &Store) -> Figures {
     }
 }
 
-/// A count: whole numbers as such, a median between two as one decimal.
-fn count(v: f64) -> String {
-    match v.is_finite() {
-        true if v.fract() == 0.0 => format!("{v:.0}"),
-        true => format!("{v:.1}"),
-        false => "n/a".into(),
-    }
-}
-
 /// The command, the machine and the binary, on one line: this section may be run on
 /// its own and placed beside a full run's sections.
 pub(crate) fn machine_line(wasm_ipam: &Path) -> String {
@@ -349,8 +340,6 @@ fn section(
     wasm_ipam: &Path,
 ) -> Section {
     let [kube, etcd] = [figures(&stores[0]), figures(&stores[1])];
-    let p50_p99 = |s: &Samples| format!("{} / {}", ms(s.median()), ms(s.percentile(0.99)));
-    let med_max = |s: &Samples| format!("{} / {}", count(s.median()), count(s.max()));
     let mut rows: Vec<Vec<String>> = stores
         .iter()
         .zip([&kube, &etcd])
@@ -361,8 +350,8 @@ fn section(
                 format!("{} of {}", store.failures, 2 * opts.cycles),
                 p50_p99(&f.add),
                 p50_p99(&f.del),
-                med_max(&f.add_requests),
-                med_max(&f.del_requests),
+                median_max(&f.add_requests),
+                median_max(&f.del_requests),
                 format!("{} ({})", count(f.first_requests), ms(first.ms())),
                 format!(
                     "{} / {}",

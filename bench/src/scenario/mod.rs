@@ -131,10 +131,23 @@ pub fn herd_on(
     ids: &[String],
     stdout_of: impl Fn(usize, &str) -> Option<PathBuf>,
 ) -> io::Result<Vec<Finished>> {
+    herd_with_args(peers, command, ids, stdout_of, &[])
+}
+
+/// [`herd_on`], call `i` with `CNI_ARGS` `args[i]` (unset past the end of `args`), as
+/// a runtime names each call's pod.
+pub fn herd_with_args(
+    peers: &[Peer],
+    command: &str,
+    ids: &[String],
+    stdout_of: impl Fn(usize, &str) -> Option<PathBuf>,
+    args: &[String],
+) -> io::Result<Vec<Finished>> {
     let mut runner = Runner::new();
     for (i, id) in ids.iter().enumerate() {
         let mut call = peers[i % peers.len()].call(command, id);
         call.stdout = stdout_of(i, id);
+        call.cni_args = args.get(i).map(String::as_str);
         runner.spawn(i, &call)?;
     }
     let mut done = runner.reap_all();

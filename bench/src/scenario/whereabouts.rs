@@ -22,7 +22,7 @@ use crate::kube_api::{AuditEvent, KubeApi};
 use crate::process::{Finished, Runner};
 use crate::report::{Section, table};
 use crate::setup::{Node, Paths, TempDir};
-use crate::stats::{Samples, ms, ratio};
+use crate::stats::{Samples, median_max, ms, p50_p99, ratio};
 use serde_json::{Value, json};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -411,7 +411,13 @@ fn del_herd(
     ));
     eprintln!("  whereabouts: {} DELs at once with {}", n, plugin.name);
     let args: Vec<String> = ids.iter().map(|id| cni_args(id)).collect();
-    let done = herd_with_args(&plugin.peer, &ids, &args)?;
+    let done = super::herd_with_args(
+        std::slice::from_ref(&plugin.peer),
+        "DEL",
+        &ids,
+        |_, _| None,
+        &args,
+    )?;
     let events = api.audit_events()?;
     let first = done
         .iter()
@@ -434,26 +440,6 @@ fn del_herd(
             .count(),
         longest_ms: done.iter().map(Finished::ms).fold(0.0, f64::max),
     })
-}
-
-/// DELs of `ids` spawned at once, as [`super::herd`] does, each with its pod's
-/// `CNI_ARGS`.
-fn herd_with_args(peer: &Peer, ids: &[String], args: &[String]) -> io::Result<Vec<Finished>> {
-    let mut runner = Runner::new();
-    for (i, id) in ids.iter().enumerate() {
-        let mut call = peer.call("DEL", id);
-        call.cni_args = Some(&args[i]);
-        runner.spawn(i, &call)?;
-    }
-    let done = runner.reap_all();
-    if done.len() != ids.len() {
-        return Err(io::Error::other(format!(
-            "{} of {} DELs could not be reaped",
-            ids.len() - done.len(),
-            ids.len()
-        )));
-    }
-    Ok(done)
 }
 
 /// The addresses `plugin` holds on its network now: wasm-ipam's `list`, whereabouts'
@@ -493,8 +479,6 @@ fn section(
     plugins: &[Plugin; 2],
     paths: &Paths,
 ) -> Section {
-    let p50_p99 = |s: &Samples| format!("{} / {}", ms(s.median()), ms(s.percentile(0.99)));
-    let med_max = |s: &Samples| format!("{:.0} / {:.0}", s.median(), s.max());
     let mut rows: Vec<Vec<String>> = plugins
         .iter()
         .zip(cycles)
@@ -504,8 +488,8 @@ fn section(
                 format!("{} of {}", c.failures, 2 * opts.cycles),
                 p50_p99(&c.add),
                 p50_p99(&c.del),
-                med_max(&c.add_requests),
-                med_max(&c.del_requests),
+                median_max(&c.add_requests),
+                median_max(&c.del_requests),
                 format!("{} ({})", c.first_requests, ms(c.first.ms())),
             ]
         })
