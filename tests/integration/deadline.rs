@@ -66,7 +66,12 @@ fn assert_stopped_at_deadline(probe: serde_json::Value) {
     let reply = Call::new("ADD", "c1").run(&conf);
     let took = started.elapsed();
     assert_eq!(reply.error_code(), 103, "{reply:?}");
-    assert!(reply.msg().contains("deadline"), "{}", reply.msg());
+    // The fix is in the message: the key that sets the budget, and its value.
+    assert!(
+        reply.msg().contains("ipam.deadlineSeconds is 1;"),
+        "{}",
+        reply.msg()
+    );
     let details = reply.json.as_ref().unwrap()["details"].as_str().unwrap();
     assert!(details.contains("waiting for the lock"), "{details}");
     assert!(

@@ -230,7 +230,8 @@ fn locked<T>(
                 true => open,
                 false => &for_runtime,
             };
-            let result = attempts(&loaded, network, deadline, open, steps, &mut guest);
+            let result = attempts(&loaded, network, deadline, open, steps, &mut guest)
+                .map_err(|e| naming_the_budget(e, ipam.deadline));
             note_silence(ipam, &result);
             result
         }
@@ -253,6 +254,23 @@ fn locked<T>(
     });
     report.guest = guest;
     (result, Some(loaded))
+}
+
+/// A deadline error (103) names the key that sets the budget and its value, so the
+/// operator reading it in the runtime's event knows what to raise: the guest, the
+/// commit and the store each stop at the deadline without knowing which key set it.
+fn naming_the_budget(e: CniError, budget: std::time::Duration) -> CniError {
+    if e.code != code::DEADLINE_EXCEEDED {
+        return e;
+    }
+    CniError {
+        msg: format!(
+            "{} (ipam.deadlineSeconds is {}; raise it if the module needs longer)",
+            e.msg,
+            budget.as_secs_f64()
+        ),
+        ..e
+    }
 }
 
 /// A runtime's call on a cluster store that a call before it, within the store's

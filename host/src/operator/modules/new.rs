@@ -4,9 +4,11 @@
 //! of things to know (the SDK's path, the crate type, the contract's WIT).
 //!
 //! The templates are in the binary (`new/`), so what it writes matches the contract
-//! this binary runs: the Rust crate and the Go module depend on the SDK of the checkout
-//! the binary was built from (or `--sdk`), and the Python project carries this
-//! binary's WIT.
+//! this binary runs: the Rust crate depends on the SDK of the checkout the binary was
+//! built from (or `--sdk`); the Go module carries a copy of this binary's Go SDK and
+//! WIT (or names `--sdk`), so its `go.mod` builds on any machine, the project moved
+//! or committed anywhere (there is no module proxy to fetch the SDK from); and the
+//! Python project carries this binary's WIT.
 
 use crate::error::{CniError, code};
 use std::os::unix::fs::PermissionsExt;
@@ -20,7 +22,8 @@ pub enum Lang {
     Go,
 }
 
-/// `wasm-ipam new`'s arguments.
+/// Start a module: a directory with a working IPAM module in Rust, Python or Go (a
+/// pool that hands out addresses in order), its build command and its README.
 #[derive(Debug, Clone, clap::Args)]
 pub struct New {
     /// The module's name: the directory made, and the crate or component name.
@@ -28,7 +31,8 @@ pub struct New {
     #[arg(long, value_enum, default_value_t = Lang::Rust)]
     pub lang: Lang,
     /// The SDK, for a Rust module (`guest/` of a wasm-ipam checkout) or a Go one
-    /// (`guest-go/`). Default: the one this binary was built with.
+    /// (`guest-go/`). Default: for Rust, the one this binary was built with; for Go, a
+    /// copy of this binary's SDK written into the project (`guest-go/`).
     #[arg(long)]
     pub sdk: Option<PathBuf>,
 }
@@ -75,6 +79,117 @@ const PYTHON: &[Template] = &[
     file(".gitignore", include_str!("new/python/gitignore")),
 ];
 
+/// The Go SDK as this binary was built with it, copied into a Go project as
+/// `guest-go/` (its `go.mod`'s `replace` names `./guest-go`), with the WIT its
+/// `build.sh` reads from `../wit/`: everything but its tests and their fixtures.
+const GO_SDK_COPY: &[(&str, &[u8])] = &[
+    (
+        "guest-go/go.mod",
+        include_bytes!("../../../../guest-go/go.mod"),
+    ),
+    (
+        "guest-go/README.md",
+        include_bytes!("../../../../guest-go/README.md"),
+    ),
+    (
+        "guest-go/build.sh",
+        include_bytes!("../../../../guest-go/build.sh"),
+    ),
+    (
+        "guest-go/abi_wasip1.go",
+        include_bytes!("../../../../guest-go/abi_wasip1.go"),
+    ),
+    (
+        "guest-go/adapter_wasip1.go",
+        include_bytes!("../../../../guest-go/adapter_wasip1.go"),
+    ),
+    (
+        "guest-go/capabilities.go",
+        include_bytes!("../../../../guest-go/capabilities.go"),
+    ),
+    (
+        "guest-go/context.go",
+        include_bytes!("../../../../guest-go/context.go"),
+    ),
+    (
+        "guest-go/errors.go",
+        include_bytes!("../../../../guest-go/errors.go"),
+    ),
+    (
+        "guest-go/export.go",
+        include_bytes!("../../../../guest-go/export.go"),
+    ),
+    (
+        "guest-go/export_optional_wasip1.go",
+        include_bytes!("../../../../guest-go/export_optional_wasip1.go"),
+    ),
+    (
+        "guest-go/export_wasip1.go",
+        include_bytes!("../../../../guest-go/export_wasip1.go"),
+    ),
+    (
+        "guest-go/host_other.go",
+        include_bytes!("../../../../guest-go/host_other.go"),
+    ),
+    (
+        "guest-go/host_wasip1.go",
+        include_bytes!("../../../../guest-go/host_wasip1.go"),
+    ),
+    (
+        "guest-go/inspect.go",
+        include_bytes!("../../../../guest-go/inspect.go"),
+    ),
+    (
+        "guest-go/layout.go",
+        include_bytes!("../../../../guest-go/layout.go"),
+    ),
+    (
+        "guest-go/log.go",
+        include_bytes!("../../../../guest-go/log.go"),
+    ),
+    (
+        "guest-go/module.go",
+        include_bytes!("../../../../guest-go/module.go"),
+    ),
+    (
+        "guest-go/nodes.go",
+        include_bytes!("../../../../guest-go/nodes.go"),
+    ),
+    (
+        "guest-go/readiness.go",
+        include_bytes!("../../../../guest-go/readiness.go"),
+    ),
+    (
+        "guest-go/readiness_other.go",
+        include_bytes!("../../../../guest-go/readiness_other.go"),
+    ),
+    (
+        "guest-go/reservations.go",
+        include_bytes!("../../../../guest-go/reservations.go"),
+    ),
+    (
+        "guest-go/store.go",
+        include_bytes!("../../../../guest-go/store.go"),
+    ),
+    (
+        "guest-go/types.go",
+        include_bytes!("../../../../guest-go/types.go"),
+    ),
+    (
+        "guest-go/usage.go",
+        include_bytes!("../../../../guest-go/usage.go"),
+    ),
+    (
+        "guest-go/adapter/README.md",
+        include_bytes!("../../../../guest-go/adapter/README.md"),
+    ),
+    (
+        "guest-go/adapter/wasi_snapshot_preview1.reactor.wasm",
+        include_bytes!("../../../../guest-go/adapter/wasi_snapshot_preview1.reactor.wasm"),
+    ),
+    ("wit/ipam.wit", include_bytes!("../../../../wit/ipam.wit")),
+];
+
 const GO: &[Template] = &[
     file("go.mod", include_str!("new/go/go.mod")),
     file("main.go", include_str!("new/go/main.go")),
@@ -103,6 +218,11 @@ impl New {
 /// Makes the project in `./NAME`; answers what it wrote and what to run next, and a
 /// note naming the SDK a Rust crate uses.
 pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
+    new_in(Path::new("."), args)
+}
+
+/// `new`, making the project in `parent`.
+fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> {
     let name = &args.name;
     let valid = name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -118,7 +238,7 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
         ));
     }
     let lib = name.replace('-', "_");
-    let dir = Path::new(name);
+    let dir = parent.join(name);
     if dir.exists() {
         return Err(CniError::new(
             code::IO_FAILURE,
@@ -133,11 +253,14 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
             (RUST, format!("path = {:?}", sdk.to_string_lossy()))
         }
         Lang::Python => (PYTHON, String::new()),
-        Lang::Go => {
-            let sdk = sdk_dir(args.sdk.as_deref(), &GO_SDK)?;
-            notes.push(format!("the SDK: {}", sdk.display()));
-            (GO, sdk.to_string_lossy().into_owned())
-        }
+        Lang::Go => match &args.sdk {
+            Some(given) => {
+                let sdk = sdk_dir(Some(given), &GO_SDK)?;
+                notes.push(format!("the SDK: {}", sdk.display()));
+                (GO, sdk.to_string_lossy().into_owned())
+            }
+            None => (GO, "./guest-go".to_string()),
+        },
     };
     let mut text = format!("made {name}/:\n");
     for template in templates {
@@ -147,8 +270,14 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
             .replace("{{name}}", name)
             .replace("{{lib}}", &lib)
             .replace("{{sdk}}", &sdk);
-        write(&path, &contents, template.executable)?;
+        write(&path, contents.as_bytes(), template.executable)?;
         text.push_str(&format!("  {}\n", template.path));
+    }
+    if args.lang == Lang::Go && args.sdk.is_none() {
+        for (path, bytes) in GO_SDK_COPY {
+            write(&dir.join(path), bytes, path.ends_with(".sh"))?;
+        }
+        text.push_str("  guest-go/ (the Go SDK)\n  wit/ipam.wit\n");
     }
     text.push_str("next:\n");
     let next: &[String] = match args.lang {
@@ -238,7 +367,7 @@ fn sdk_dir(given: Option<&Path>, sdk: &Sdk) -> Result<PathBuf, CniError> {
         .map_err(|e| CniError::new(code::IO_FAILURE, format!("{}: {e}", dir.display())))
 }
 
-fn write(path: &Path, contents: &str, executable: bool) -> Result<(), CniError> {
+fn write(path: &Path, contents: &[u8], executable: bool) -> Result<(), CniError> {
     let failed = |e: std::io::Error| {
         CniError::new(code::IO_FAILURE, format!("cannot write {}", path.display())).with_details(e)
     };
@@ -274,6 +403,81 @@ mod tests {
         assert!(go.join("build.sh").exists(), "{}", go.display());
         let err = sdk_dir(Some(&sdk), &GO_SDK).unwrap_err();
         assert!(err.msg.contains("is not the Go SDK"), "{}", err.msg);
+    }
+
+    /// The copy is the SDK's every file but its tests and their fixtures: a file added
+    /// to the SDK fails this until it is copied too (or named a fixture here).
+    #[test]
+    fn the_go_sdk_copy_is_the_whole_sdk() {
+        let sdk = Path::new(BUILT_WITH_GO_SDK);
+        let fixtures = ["contract.golden", "wasip1-run"];
+        let mut on_disk = Vec::new();
+        for dir in [sdk.to_path_buf(), sdk.join("adapter")] {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if path.is_file() && !name.ends_with("_test.go") && !fixtures.contains(&&*name) {
+                    on_disk.push(format!(
+                        "guest-go/{}",
+                        path.strip_prefix(sdk).unwrap().display()
+                    ));
+                }
+            }
+        }
+        let mut copied: Vec<String> = GO_SDK_COPY
+            .iter()
+            .map(|(path, _)| path.to_string())
+            .filter(|path| path.starts_with("guest-go/"))
+            .collect();
+        on_disk.sort();
+        copied.sort();
+        assert_eq!(copied, on_disk);
+    }
+
+    /// Without `--sdk`, a Go project names its own copy of the SDK: nothing of the
+    /// machine that built this binary.
+    #[test]
+    fn a_go_project_names_no_path_of_this_machine() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = New {
+            name: "portable".into(),
+            lang: Lang::Go,
+            sdk: None,
+        };
+        let (text, notes) = new_in(dir.path(), &args).unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert!(text.contains("guest-go/ (the Go SDK)"), "{text}");
+        let project = dir.path().join("portable");
+        let go_mod = std::fs::read_to_string(project.join("go.mod")).unwrap();
+        assert!(
+            go_mod.contains("replace wasm-ipam.dev/guest-go => ./guest-go\n"),
+            "{go_mod}"
+        );
+        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        for entry in walk(&project) {
+            let text = std::fs::read(&entry).unwrap();
+            let needle = built_from.to_string_lossy();
+            assert!(
+                !String::from_utf8_lossy(&text).contains(&*needle),
+                "{} names {needle}",
+                entry.display()
+            );
+        }
+        let build = std::fs::metadata(project.join("guest-go/build.sh")).unwrap();
+        assert_eq!(build.permissions().mode() & 0o111, 0o111, "build.sh is run");
+        assert!(project.join("wit/ipam.wit").is_file());
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => files.extend(walk(&path)),
+                false => files.push(path),
+            }
+        }
+        files
     }
 
     #[test]

@@ -42,7 +42,8 @@ impl CniCommand {
     }
 }
 
-/// `wasm-ipam try`'s arguments.
+/// Run one CNI call (ADD, DEL, CHECK, GC, STATUS) on a module, as a runtime would run
+/// the plugin, on a private lock and store: print its result or error.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TryCall {
     /// The module's .wasm component.

@@ -74,7 +74,9 @@ const INSTALL_KEYS: &[(&str, &str)] = &[
     ("trustPolicy", "--trust-policy"),
 ];
 
-/// What to install, and where: `wasm-ipam install`'s arguments.
+/// Install the plugin on this node: the module (pulled and checked when it is an
+/// `oci://` reference), its compiled form in the cache, and a conflist naming both,
+/// each checked before anything is written; `--dry-run` prints the conflist only.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Install {
     /// The module's .wasm component, or `oci://REGISTRY/REPO[:TAG][@sha256:DIGEST]`

@@ -12,7 +12,9 @@ use oci_client::{Client, Reference, RegistryOperation};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
-/// `wasm-ipam push`'s arguments.
+/// Publish a module to an OCI registry (the Wasm OCI artifact layout), and its
+/// minisign signature (`--signature`) beside it; prints the reference and digest to
+/// pull.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Push {
     /// The module's .wasm component.
