@@ -6,6 +6,10 @@
 # fetched: GOTOOLCHAIN=local keeps the Go on the PATH, GOPROXY=off refuses every
 # module download (the SDK has no dependency; a module names it with a `replace`).
 #
+# 0. the package must register its module (`ipam.Export` from an init function): a
+#    component that never does has every export and fails each call. Checked natively,
+#    after every init function has run, by a test of the SDK's added to the package
+#    through an overlay (nothing is written into the package);
 # 1. `go build` makes a WASI preview-1 reactor (-buildmode=c-shared) exporting the
 #    contract's functions and importing the host's, as the SDK's glue declares them;
 # 2. `wasm-tools component embed` attaches the world those are checked against: the
@@ -44,6 +48,35 @@ world go-module {
     export usage;
 }
 WIT
+
+cat > "$work/registered_test.go" <<'GO'
+package main
+
+import (
+	"testing"
+
+	ipam "wasm-ipam.dev/guest-go"
+)
+
+func TestWasmIpamModuleIsRegistered(t *testing.T) {
+	if !ipam.Registered() {
+		t.Fatal("wasm-ipam: no module registered")
+	}
+}
+GO
+printf '{"Replace":{"%s/zz_wasm_ipam_registered_test.go":"%s/registered_test.go"}}\n' \
+  "$package" "$work" > "$work/overlay.json"
+if ! (cd "$package" && GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod \
+  go test -overlay "$work/overlay.json" -count=1 -run '^TestWasmIpamModuleIsRegistered$' . \
+  > "$work/registered.log" 2>&1); then
+  if grep -q 'wasm-ipam: no module registered' "$work/registered.log"; then
+    echo "build.sh: $package never registers its module: call ipam.Export(yourModule{}) from an init function of package main (see the SDK's README.md); nothing was built" >&2
+  else
+    cat "$work/registered.log" >&2
+    echo "build.sh: the package's native test build failed (above), so whether it registers its module (ipam.Export) is unknown; nothing was built" >&2
+  fi
+  exit 1
+fi
 
 (cd "$package" && GOTOOLCHAIN=local GOPROXY=off GOFLAGS=-mod=mod GOOS=wasip1 GOARCH=wasm \
   go build -buildmode=c-shared -trimpath -o "$work/core.wasm" .)

@@ -13,6 +13,11 @@ var registered Module
 // and never runs main.
 func Export(m Module) { registered = m }
 
+// Registered says whether Export was called: build.sh checks it natively, after every
+// init function of the package has run, so a module that never registers is refused
+// at build time instead of failing every call.
+func Registered() bool { return registered != nil }
+
 func exported() Module {
 	if registered == nil {
 		panic("wasm-ipam: no module registered: call ipam.Export from an init function")

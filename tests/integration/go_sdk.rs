@@ -835,3 +835,112 @@ fn the_vendored_adapter_is_wasmtimes_reactor_adapter() {
         "guest-go/adapter/ is not wasi-preview1-component-adapter-provider's reactor adapter: copy it again and update its README"
     );
 }
+
+/// A Go package in `dir` whose `init` is `init` (a module that allocates nothing).
+fn go_package(dir: &Path, init: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("go.mod"),
+        format!(
+            "module unregistered\n\ngo 1.27\n\nrequire wasm-ipam.dev/guest-go v0.0.0\n\nreplace wasm-ipam.dev/guest-go => {}\n",
+            workspace().join("guest-go").display()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("main.go"),
+        format!(
+            r#"package main
+
+import (
+	"runtime"
+
+	ipam "wasm-ipam.dev/guest-go"
+)
+
+type module struct{{}}
+
+func (module) Add(req *ipam.Request, store ipam.Store) (*ipam.Result, *ipam.Error) {{
+	return &ipam.Result{{}}, nil
+}}
+
+func (module) Del(req *ipam.Request, store ipam.Store) *ipam.Error {{ return nil }}
+
+var _ = runtime.GOOS
+
+{init}
+
+func main() {{}}
+"#
+        ),
+    )
+    .unwrap();
+}
+
+fn build_go(package: &Path, out: &Path) -> (bool, String) {
+    go_toolchain();
+    let _heavy = exclusive();
+    let built = Command::new("bash")
+        .arg(workspace().join("guest-go/build.sh"))
+        .arg(package)
+        .arg(out)
+        .env("PATH", path_with_goroot())
+        .output()
+        .expect("run guest-go/build.sh");
+    (
+        built.status.success(),
+        String::from_utf8_lossy(&built.stderr).into_owned(),
+    )
+}
+
+/// A Go module that never calls `ipam.Export` has every export and would fail every
+/// call with 102: `build.sh` refuses to build it, naming the registration; and one
+/// that slips past it (registering only outside wasm) is refused by `inspect` and
+/// `precompile` (as by `pull` and `install`, through the same check), which ask it a
+/// first question, with the SDK's message.
+#[test]
+fn a_go_module_that_never_registers_is_refused_naming_ipam_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let never = dir.path().join("never");
+    go_package(&never, "");
+    let (built, stderr) = build_go(&never, &dir.path().join("never.wasm"));
+    assert!(!built, "build.sh built a module that never registers");
+    assert!(
+        stderr.contains(
+            "never registers its module: call ipam.Export(yourModule{}) from an init function"
+        ),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("never.wasm").exists(), "nothing was built");
+
+    let native = dir.path().join("native");
+    go_package(
+        &native,
+        r#"func init() {
+	if runtime.GOOS != "wasip1" {
+		ipam.Export(module{})
+	}
+}"#,
+    );
+    let module = dir.path().join("native.wasm");
+    let (built, stderr) = build_go(&native, &module);
+    assert!(built, "{stderr}");
+    let cache = dir.path().join("cache");
+    let names_it = "no module registered: call ipam.Export from an init function";
+
+    let (ok, stdout, stderr) = operator_output([OsStr::new("inspect"), module.as_os_str()]);
+    assert!(!ok, "inspect accepted it: {stdout}");
+    assert!(stdout.contains("accepted  no:"), "{stdout}{stderr}");
+    assert!(stdout.contains(names_it), "{stdout}");
+
+    let (ok, stdout, stderr) = operator_output([
+        OsStr::new("precompile"),
+        OsStr::new("--cache-dir"),
+        cache.as_os_str(),
+        module.as_os_str(),
+    ]);
+    assert!(!ok, "precompile accepted it: {stdout}");
+    assert!(stderr.contains("does not answer"), "{stderr}");
+    assert!(stderr.contains(names_it), "{stderr}");
+    assert!(stderr.starts_with("wasm-ipam: code 100: "), "{stderr}");
+}

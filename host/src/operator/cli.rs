@@ -55,8 +55,6 @@ pub enum Operation {
     Stats(Stats),
     // Boxed: its flags make it by far the largest command.
     Install(Box<Install>),
-    /// What a cluster whose networks keep their state in the Kubernetes API needs
-    /// (`manifests`); see docs/kubernetes-store.md
     #[command(subcommand)]
     Kubernetes(KubernetesCommand),
     ImportHostLocal(ImportHostLocal),
@@ -113,6 +111,24 @@ mod tests {
     fn refused(line: &str) -> (ErrorKind, String) {
         let err = parse(line).expect_err(line);
         (err.kind(), err.to_string())
+    }
+
+    /// `--help` lists every command with what it does: none without a line, none
+    /// with the Rust doc of its arguments' type instead.
+    #[test]
+    fn every_command_says_what_it_does() {
+        let cli = Cli::command();
+        for command in cli.get_subcommands() {
+            let about = command
+                .get_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default();
+            assert!(
+                !about.trim().is_empty() && !about.contains("arguments"),
+                "`wasm-ipam {}` says {about:?}",
+                command.get_name()
+            );
+        }
     }
 
     #[test]

@@ -10,16 +10,15 @@
 //! exist only for this question.
 
 use crate::config::DEFAULT_CACHE_DIR;
-use crate::config::HostIpamConfig;
-use crate::error::{CniError, code};
+use crate::error::CniError;
 use crate::limits::Limits;
 use crate::module::bindings::capabilities::Origin;
 use crate::module::cache::ModuleCache;
 use crate::module::file::ModuleFile;
-use crate::module::instance::{Answer, Compiled, ModuleHost, Question};
+use crate::module::instance::{Compiled, ModuleHost};
 use crate::module::trust::{Policies, SignatureFile};
 use crate::operator::args::{CompileArgs, Output, open_cache};
-use crate::pipeline::{self, Label, Network, Writes};
+use crate::operator::modules::answers;
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -68,6 +67,19 @@ pub struct Function {
     /// `handler.check`, as in the WIT.
     pub name: String,
     pub origin: &'static str,
+}
+
+impl Function {
+    fn of(function: crate::module::bindings::capabilities::Function) -> Self {
+        Function {
+            name: function.name,
+            origin: match function.origin {
+                Origin::Module => "module",
+                Origin::Derived => "derived",
+                Origin::NotImplemented => "not-implemented",
+            },
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -165,9 +177,15 @@ pub fn describe(
         Err(e) => description.refused_because = Some(e.to_string()),
     }
     if description.accepted && asks_capabilities {
-        match capabilities(path, cache, limits) {
-            Ok(functions) => description.functions = Some(functions),
-            Err(e) => description.functions_unknown = Some(e.to_string()),
+        match answers::capabilities(path, cache, limits) {
+            Ok(functions) => {
+                description.functions = Some(functions.into_iter().map(Function::of).collect())
+            }
+            // A module that cannot answer this cannot answer a call either.
+            Err(e) => {
+                description.accepted = false;
+                description.refused_because = Some(answers::does_not_answer(path, &e).to_string());
+            }
         }
     } else if description.accepted {
         description.functions_unknown = Some(format!(
@@ -179,61 +197,6 @@ pub fn describe(
         ));
     }
     Ok(description)
-}
-
-/// The module's answer to `capabilities.functions`, asked as an operator command asks
-/// a network's module, on a lock and store private to this question (the answer is
-/// the module's alone: it reads no store, and no call could be waiting on them).
-fn capabilities(
-    path: &Path,
-    cache: Option<&ModuleCache>,
-    limits: &Limits,
-) -> Result<Vec<Function>, CniError> {
-    let private = tempfile::tempdir().map_err(|e| {
-        CniError::new(code::IO_FAILURE, "cannot make a private directory").with_details(e)
-    })?;
-    let module = std::path::absolute(path).map_err(|e| {
-        CniError::new(
-            code::IO_FAILURE,
-            format!("cannot resolve {}", path.display()),
-        )
-        .with_details(e)
-    })?;
-    let mut ipam = HostIpamConfig::defaults(module)?;
-    ipam.lock_file = private.path().join("ipam.lock");
-    ipam.data_dir = private.path().join("data");
-    ipam.cache_dir = match cache {
-        Some(cache) => cache.dir().to_path_buf(),
-        None => private.path().join("cache"),
-    };
-    ipam.limits = *limits;
-    let network = Network {
-        name: "inspect".to_string(),
-        ipam,
-        config: None,
-        // Its own store, in a directory made for this run and removed after it.
-        store_if_missing: crate::store::IfMissing::Create,
-    };
-    let ran = pipeline::run(
-        &network,
-        &Label::operator("inspect"),
-        &|| false,
-        |session| session.ask(Question::Capabilities, Writes::ReadOnly),
-    );
-    match ran.result? {
-        Answer::Capabilities(functions) => Ok(functions
-            .into_iter()
-            .map(|f| Function {
-                name: f.name,
-                origin: match f.origin {
-                    Origin::Module => "module",
-                    Origin::Derived => "derived",
-                    Origin::NotImplemented => "not-implemented",
-                },
-            })
-            .collect()),
-        _ => unreachable!("asked capabilities"),
-    }
 }
 
 fn origin_text(origin: &str) -> &'static str {

@@ -1,3 +1,4 @@
+pub mod answers;
 pub mod inspect;
 pub mod new;
 pub mod oci;

@@ -1,11 +1,13 @@
 //! `wasm-ipam precompile MODULE`: the module compiled into the cache ahead of time
-//! (node images, installers), checked as a CNI call would check it.
+//! (node images, installers), checked as a CNI call would check it, and asked once
+//! whether it answers at all ([`answers`]).
 
 use crate::config::DEFAULT_CACHE_DIR;
 use crate::error::CniError;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::Policies;
 use crate::operator::args::{CompileArgs, Output, open_cache};
+use crate::operator::modules::answers;
 use std::path::PathBuf;
 
 /// Compile a module into the cache ahead of time (for node images and installers),
@@ -24,13 +26,15 @@ pub struct Precompile {
 impl Precompile {
     pub fn run(self) -> Result<Output, CniError> {
         let cache = open_cache(&self.cache_dir, "--cache-dir DIR (one of your own)")?;
+        let limits = self.compile.limits()?;
         let loaded = ModuleHost::new()?.load(
             &self.module,
             None,
             &Policies::for_call(None)?,
             Some(&cache),
-            &self.compile.limits()?,
+            &limits,
         )?;
+        answers::refuse_unless_it_answers(&loaded, Some(&cache), &limits)?;
         let done = match loaded.from_cache {
             true => "already in",
             false => "compiled into",

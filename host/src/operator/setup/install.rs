@@ -829,6 +829,11 @@ fn precompile(
         Some(&cache),
         &Limits::default(),
     )?;
+    crate::operator::modules::answers::refuse_unless_it_answers(
+        &loaded,
+        Some(&cache),
+        &Limits::default(),
+    )?;
     let done = match loaded.from_cache {
         true => "already compiled",
         false => "compiled",

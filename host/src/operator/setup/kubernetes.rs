@@ -5,6 +5,8 @@ use crate::error::CniError;
 use crate::operator::args::Output;
 use crate::store::kubernetes::manifests;
 
+/// What a cluster whose networks keep their state in the Kubernetes API needs
+/// (`manifests`); see docs/kubernetes-store.md.
 #[derive(clap::Subcommand, Debug, PartialEq)]
 pub enum KubernetesCommand {
     /// Print the CustomResourceDefinition of the store's objects, the least RBAC for

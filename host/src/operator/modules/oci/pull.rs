@@ -9,6 +9,7 @@ use crate::limits::Limits;
 use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::{Policies, SignatureFile, Verdict, signature_path};
+use crate::operator::modules::answers;
 use crate::operator::modules::oci::{self, Descriptor, auth};
 use futures_util::StreamExt;
 use oci_client::secrets::RegistryAuth;
@@ -114,13 +115,14 @@ pub fn pull(args: &Pull, limits: &Limits) -> Result<Pulled, CniError> {
     let compiled = ModuleCache::open(&args.cache_dir)
         .map_err(|e| CniError::new(code::IO_FAILURE, e.0))
         .and_then(|cache| {
-            ModuleHost::new()?.load(
+            let loaded = ModuleHost::new()?.load(
                 &path,
                 Some(&fetched.module_sha256),
                 &policies,
                 Some(&cache),
                 limits,
-            )
+            )?;
+            answers::refuse_unless_it_answers(&loaded, Some(&cache), limits)
         });
     if let Err(e) = compiled {
         // A module the host cannot run is not left where a netconf could name it.
