@@ -191,6 +191,53 @@ fn module_without_the_handler_export_is_refused() {
     assert!(reply.msg().contains("cni:ipam/handler"), "{}", reply.msg());
 }
 
+/// The artifacts a vendor builds by mistake are each refused (100) with what they are
+/// and the command that builds the module instead, before anything runs.
+#[test]
+fn a_misbuilt_artifact_is_refused_with_the_build_that_makes_the_module() {
+    let (node, before) = node_with_state();
+    let newer = wat::parse_str(
+        r#"(component (instance $h) (export "cni:ipam/handler@0.3.0" (instance $h)))"#,
+    )
+    .unwrap();
+    let command =
+        wat::parse_str(r#"(component (instance $r) (export "wasi:cli/run@0.2.3" (instance $r)))"#)
+            .unwrap();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        (
+            "native",
+            std::fs::read("/bin/true").unwrap(),
+            "it is a native ELF program or library, not WebAssembly: build a component: Rust `cargo build --target wasm32-wasip2 --release`",
+        ),
+        (
+            "core",
+            wat::parse_str("(module (func (export \"add\")))").unwrap(),
+            "it is a core WebAssembly module (what wasm32-wasip1, wasm32-unknown-unknown or GOOS=wasip1 make), not a component",
+        ),
+        (
+            "newer",
+            newer,
+            "it targets cni:ipam@0.3.0, which this host does not run (0.2.0 to 0.2.5, or 0.1.0): rebuild it on the SDK",
+        ),
+        (
+            "command",
+            command,
+            "it is a WASI command (it exports wasi:cli/run: a program with a `main`)",
+        ),
+    ];
+    for (name, bytes, says) in cases {
+        let path = node.dir.path().join(format!("{name}.wasm"));
+        std::fs::write(&path, bytes).unwrap();
+        let reply = expect_code(
+            &node,
+            &before,
+            Call::new("ADD", "c1").run(&conf_for_module(&node, &path)),
+            100,
+        );
+        assert!(reply.msg().contains(says), "{name}: {}", reply.msg());
+    }
+}
+
 #[test]
 fn trapping_module_leaves_the_store_unchanged() {
     let (node, before) = node_with_state();

@@ -202,10 +202,11 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
     } else if let (Ok(Ok(artifact)), true) = (read, status.success()) {
         Ok(artifact)
     } else if status.code() == Some(i32::from(INVALID_COMPONENT)) {
-        Err(
-            refused(format!("{name} is not a valid WebAssembly component"))
-                .with_details(errors.trim()),
-        )
+        let message = match super::artifact::misbuilt(module) {
+            Some(what) => format!("{name} is not a valid WebAssembly component: {what}"),
+            None => format!("{name} is not a valid WebAssembly component"),
+        };
+        Err(refused(message).with_details(errors.trim()))
     } else {
         Err(Compile::Failed(
             CniError::new(

@@ -201,12 +201,13 @@ impl Interfaces {
         if self.contract.is_none() {
             return Some((
                 format!(
-                    "does not export a cni:ipam/handler the host runs (0.2.0 to {current}, or 0.1.0)"
+                    "does not export a cni:ipam/handler the host runs (0.2.0 to {current}, or 0.1.0): {}",
+                    super::artifact::foreign_component(
+                        &self.exports,
+                        &format!("0.2.0 to {current}, or 0.1.0"),
+                    )
                 ),
-                match self.exports.is_empty() {
-                    true => "it exports nothing: a Rust module ends with `export_module!(Type);` (wasm-ipam-guest), a Go module calls ipam.Export from an init function and is built by guest-go/build.sh, a Python one is componentized for world ipam-module".into(),
-                    false => format!("it exports: {}", self.exports.join(", ")),
-                },
+                format!("it exports: [{}]", self.exports.join(", ")),
             ));
         }
         None

@@ -3,6 +3,7 @@
 //! host provides (`host/`, one file per WIT interface).
 
 pub(crate) mod answer;
+pub mod artifact;
 pub(crate) mod bindings;
 pub mod cache;
 pub mod compile;
