@@ -380,6 +380,7 @@ fn refused_pulls_write_nothing() {
         .find_map(|l| l.strip_prefix("pull      "))
         .and_then(|l| l.strip_suffix(" (the manifest's digest)"))
         .unwrap_or_else(|| panic!("no pull line: {pushed}"));
+    let manifest_digest = manifest.rsplit_once('@').unwrap().1.to_string();
     let (ok, _, err) = pull(dir, manifest, &[]);
     assert!(ok, "pull by the manifest's digest: {err}");
     std::fs::remove_dir_all(dir.join("modules")).unwrap();
@@ -409,9 +410,74 @@ fn refused_pulls_write_nothing() {
         "does not verify",
     );
 
-    // A digest the repository does not have.
+    // A digest the repository does not have: refused as a wrong reference (7), with
+    // what the repository holds.
     let absent = format!("{}@sha256:{}", oci("vendor/unsigned"), "0".repeat(64));
-    assert_refused(dir, &absent, &[], "cannot fetch the manifest");
+    assert_refused(
+        dir,
+        &absent,
+        &[],
+        &format!(
+            "code 7: {absent}: the registry has no manifest sha256:{} in vendor/unsigned; it holds the tags ",
+            "0".repeat(64)
+        ),
+    );
+    for tag in ["1", "2"] {
+        assert_refused(dir, &absent, &[], &format!("{tag} ({manifest_digest})"));
+    }
+    assert_refused(
+        dir,
+        &oci("vendor/never-pushed:1"),
+        &[],
+        "the registry has no tag 1 in vendor/never-pushed; there is no repository",
+    );
+    // A malformed digest: named, before the registry is asked.
+    for digest in [
+        "sha256:abc",
+        "md5:0123",
+        &format!("sha256:{}", "A".repeat(64)),
+    ] {
+        assert_refused(
+            dir,
+            &format!("{}@{digest}", oci("vendor/unsigned")),
+            &[],
+            &format!(
+                "code 7: \"{}@{digest}\" is not a module reference: its digest \"{digest}\" is malformed: a module's digest is `sha256:` and 64 lower-case hex digits",
+                oci("vendor/unsigned")
+            ),
+        );
+    }
+    // TAG@DIGEST whose tag now names another manifest: refused (101), both named, not
+    // pulled by the digest in silence.
+    push(
+        &unique_module(dir, "moved", 0),
+        &oci("vendor/unsigned:3"),
+        None,
+    );
+    let moved = format!("{}:3@{manifest_digest}", oci("vendor/unsigned"));
+    assert_refused(
+        dir,
+        &moved,
+        &[],
+        &format!("code 101: {moved}: the tag 3 names sha256:"),
+    );
+    assert_refused(
+        dir,
+        &moved,
+        &[],
+        &format!(
+            "not {manifest_digest}: pull {}@{manifest_digest} for the module that digest pins, or {}:3 for what the tag names now",
+            oci("vendor/unsigned"),
+            oci("vendor/unsigned")
+        ),
+    );
+    let (ok, _, err) = pull(
+        dir,
+        &format!("{}:1@{manifest_digest}", oci("vendor/unsigned")),
+        &[],
+    );
+    assert!(ok, "a tag that names its digest is pulled: {err}");
+    std::fs::remove_dir_all(dir.join("modules")).unwrap();
 
     // A layer whose bytes the registry serves changed (its storage tampered with).
     let tampered = release(dir, "tampered", None);

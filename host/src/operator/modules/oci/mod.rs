@@ -12,6 +12,7 @@
 //! Only operators reach this code: a CNI call never touches the network.
 
 pub mod auth;
+pub mod holds;
 pub mod pull;
 pub mod push;
 
@@ -59,6 +60,13 @@ pub fn reference(text: &str) -> Result<Reference, CniError> {
         return Err(bad(
             "name the registry (oci://registry.example:5000/vendor/module:1.0)".into(),
         ));
+    }
+    if let Some((_, digest)) = rest.rsplit_once('@')
+        && sha256_hex(digest).is_none()
+    {
+        return Err(bad(format!(
+            "its digest {digest:?} is malformed: a module's digest is `sha256:` and 64 lower-case hex digits, as `wasm-ipam push` prints it on its `pull` line"
+        )));
     }
     rest.parse::<Reference>().map_err(|e| bad(e.to_string()))
 }

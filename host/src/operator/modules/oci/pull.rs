@@ -10,7 +10,7 @@ use crate::module::cache::ModuleCache;
 use crate::module::instance::ModuleHost;
 use crate::module::trust::{Policies, SignatureFile, Verdict, signature_path};
 use crate::operator::modules::answers;
-use crate::operator::modules::oci::{self, Descriptor, auth};
+use crate::operator::modules::oci::{self, Descriptor, auth, holds};
 use futures_util::StreamExt;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
@@ -202,6 +202,7 @@ async fn fetch(
     let shown = oci::display(reference, None);
     let (manifest, manifest_digest) =
         manifest(&client, reference, &auth, oci::MANIFEST, &shown).await?;
+    holds::tag_agrees(&client, reference, &auth).await?;
     let bad = |why: String| {
         CniError::new(
             code::MODULE_REJECTED,
@@ -287,6 +288,9 @@ async fn manifest(
                 ),
                 e,
             ));
+        }
+        (Err(e), _) if holds::is_unknown(&e) => {
+            return Err(holds::unknown(client, reference, auth, e).await);
         }
         (Err(e), _) => {
             return Err(oci::registry_error(
