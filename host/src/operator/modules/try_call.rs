@@ -65,6 +65,21 @@ pub struct TryCall {
     /// `--set start=10.99.0.10 --set prefixLen=24`. Repeatable; set over `--config`.
     #[arg(long = "set", value_name = "KEY=JSON")]
     pub set: Vec<String>,
+    /// The pod, `NAMESPACE/NAME`: CNI_ARGS as kubelet's runtime passes them
+    /// (`IgnoreUnknown=1;K8S_POD_NAMESPACE=…;K8S_POD_NAME=…;K8S_POD_INFRA_CONTAINER_ID=<--id>`).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub pod: Option<String>,
+    /// A CNI_ARGS pair, `KEY=VALUE` (repeatable; after `--pod`'s): `--arg IP=10.99.0.20`.
+    #[arg(long = "arg", value_name = "KEY=VALUE")]
+    pub cni_args: Vec<String>,
+    /// A pod annotation, `KEY=VALUE` (repeatable), passed as containerd passes them:
+    /// in `runtimeConfig["io.kubernetes.cri.pod-annotations"]`.
+    #[arg(long = "annotation", value_name = "KEY=VALUE")]
+    pub annotations: Vec<String>,
+    /// `runtimeConfig` keys, a JSON object merged over the configuration's
+    /// (`--runtime-config '{"ips": ["10.99.0.20/24"]}'`).
+    #[arg(long, value_name = "JSON")]
+    pub runtime_config: Option<String>,
     /// GC: an attachment that is still valid, `ID` or `ID/IFNAME` (repeatable); every
     /// other is released.
     #[arg(long = "valid", value_name = "ID[/IFNAME]")]
@@ -110,6 +125,7 @@ pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
         }
     };
     let netconf = netconf(args, &state)?;
+    let cni_args = cni_args(args)?;
     let netconf_path = state.join("net.json");
     std::fs::write(&netconf_path, format!("{netconf:#}\n")).map_err(|e| io(&netconf_path, e))?;
 
@@ -126,6 +142,7 @@ pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
     plugin
         .env("CNI_COMMAND", args.command.name())
         .env("CNI_PATH", bin_dir)
+        .env("CNI_ARGS", &cni_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -198,6 +215,7 @@ fn netconf(args: &TryCall, state: &Path) -> Result<Value, CniError> {
             .collect();
         object.insert("cni.dev/valid-attachments".into(), valid.into());
     }
+    runtime_config(args, object)?;
     let ipam = object
         .entry("ipam")
         .or_insert_with(|| Value::Object(Map::new()))
@@ -224,6 +242,78 @@ fn netconf(args: &TryCall, state: &Path) -> Result<Value, CniError> {
     Ok(conf)
 }
 
+/// CNI_ARGS as a runtime sets it: `--pod`'s keys (with `IgnoreUnknown=1`, as
+/// containerd and CRI-O send them), then each `--arg`.
+fn cni_args(args: &TryCall) -> Result<String, CniError> {
+    let mut pairs: Vec<String> = Vec::new();
+    if let Some(pod) = &args.pod {
+        let (namespace, name) = pod
+            .split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+            .ok_or_else(|| CniError::config(format!("--pod {pod:?}: expected NAMESPACE/NAME")))?;
+        pairs.extend([
+            "IgnoreUnknown=1".to_string(),
+            format!("K8S_POD_NAMESPACE={namespace}"),
+            format!("K8S_POD_NAME={name}"),
+            format!("K8S_POD_INFRA_CONTAINER_ID={}", args.id),
+        ]);
+    }
+    for pair in &args.cni_args {
+        let valid = pair
+            .split_once('=')
+            .is_some_and(|(key, _)| !key.is_empty() && !pair.contains(';'));
+        if !valid {
+            return Err(CniError::config(format!(
+                "--arg {pair:?}: expected KEY=VALUE, without `;`"
+            )));
+        }
+        pairs.push(pair.clone());
+    }
+    Ok(pairs.join(";"))
+}
+
+/// `--runtime-config`'s keys and `--annotation`'s pairs, over the configuration's
+/// `runtimeConfig`.
+fn runtime_config(args: &TryCall, object: &mut Map<String, Value>) -> Result<(), CniError> {
+    if args.runtime_config.is_none() && args.annotations.is_empty() {
+        return Ok(());
+    }
+    let config = object
+        .entry("runtimeConfig")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or_else(|| CniError::config("the configuration's runtimeConfig must be an object"))?;
+    if let Some(text) = &args.runtime_config {
+        let Ok(Value::Object(keys)) = serde_json::from_str::<Value>(text) else {
+            return Err(CniError::config(format!(
+                "--runtime-config {text:?}: expected a JSON object"
+            )));
+        };
+        config.extend(keys);
+    }
+    for pair in &args.annotations {
+        let (key, value) = pair
+            .split_once('=')
+            .filter(|(key, _)| !key.is_empty())
+            .ok_or_else(|| {
+                CniError::config(format!("--annotation {pair:?}: expected KEY=VALUE"))
+            })?;
+        let annotations = config
+            .entry(ANNOTATIONS)
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or_else(|| {
+                CniError::config(format!("runtimeConfig[{ANNOTATIONS:?}] must be an object"))
+            })?;
+        annotations.insert(key.to_string(), value.into());
+    }
+    Ok(())
+}
+
+/// Where containerd passes a pod's annotations to a plugin that asks for them (the
+/// capability of that name).
+const ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
+
 fn io(path: &Path, e: std::io::Error) -> CniError {
     CniError::new(code::IO_FAILURE, format!("{}: {e}", path.display()))
 }
@@ -241,6 +331,10 @@ mod tests {
             config: None,
             set: set.iter().map(|s| s.to_string()).collect(),
             valid: vec!["kept".into(), "other/net1".into()],
+            pod: None,
+            cni_args: Vec::new(),
+            annotations: Vec::new(),
+            runtime_config: None,
             state: None,
             list: false,
         }
@@ -275,6 +369,47 @@ mod tests {
             conf["cni.dev/valid-attachments"],
             json!([{"containerID": "kept", "ifname": ""}, {"containerID": "other", "ifname": "net1"}])
         );
+    }
+
+    #[test]
+    fn the_pod_and_args_become_cni_args_as_a_runtime_sends_them() {
+        let mut tried = args(CniCommand::Add, &[]);
+        assert_eq!(cni_args(&tried).unwrap(), "");
+        tried.pod = Some("team-a/web-0".into());
+        tried.cni_args = vec!["IP=10.99.0.20".into()];
+        assert_eq!(
+            cni_args(&tried).unwrap(),
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=team-a;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=pod1;IP=10.99.0.20"
+        );
+        for bad in ["team-a", "/web", "a/b/c"] {
+            tried.pod = Some(bad.into());
+            assert_eq!(
+                cni_args(&tried).unwrap_err().code,
+                code::INVALID_NETWORK_CONFIG,
+                "{bad}"
+            );
+        }
+        tried.pod = None;
+        tried.cni_args = vec!["A=1;B=2".into()];
+        assert!(
+            cni_args(&tried).is_err(),
+            "a `;` would smuggle a second pair"
+        );
+    }
+
+    #[test]
+    fn annotations_and_runtime_config_land_where_containerd_puts_them() {
+        let mut tried = args(CniCommand::Add, &[]);
+        tried.runtime_config = Some(r#"{"ips": ["10.99.0.20/24"]}"#.into());
+        tried.annotations = vec!["wasm-ipam.io/pool=blue".into()];
+        let conf = netconf(&tried, Path::new("/s")).unwrap();
+        assert_eq!(
+            conf["runtimeConfig"],
+            json!({"ips": ["10.99.0.20/24"], ANNOTATIONS: {"wasm-ipam.io/pool": "blue"}})
+        );
+        crate::config::NetConf::parse(conf.to_string().as_bytes()).unwrap();
+        tried.runtime_config = Some("[1]".into());
+        assert!(netconf(&tried, Path::new("/s")).is_err());
     }
 
     #[test]

@@ -699,6 +699,10 @@ fn try_conflist(
             config: Some(config.clone()),
             set: Vec::new(),
             valid: Vec::new(),
+            pod: None,
+            cni_args: Vec::new(),
+            annotations: Vec::new(),
+            runtime_config: None,
             state: Some(private.path().join("state")),
             list: false,
         };

@@ -16,6 +16,23 @@ type rangeConf struct {
 	Start     netip.Addr `json:"start"`
 	End       netip.Addr `json:"end"`
 	PrefixLen int        `json:"prefixLen"`
+	// Namespaces are the pods' namespaces the range serves; every namespace when nil.
+	Namespaces []string `json:"namespaces"`
+}
+
+// serves refuses a pod of a namespace the range does not serve. The runtime names the
+// pod in CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME), as kubelet's runtimes do.
+func (r rangeConf) serves(req *ipam.Request) *ipam.Error {
+	if r.Namespaces == nil {
+		return nil
+	}
+	namespace, _ := req.Arg("K8S_POD_NAMESPACE")
+	for _, n := range r.Namespaces {
+		if n == namespace {
+			return nil
+		}
+	}
+	return ipam.NewError(ipam.CodeModuleSpecific, "the range serves the namespaces %q, not %q", r.Namespaces, namespace)
 }
 
 func (r rangeConf) addresses() []netip.Addr {
@@ -35,6 +52,9 @@ type module struct{}
 func (module) Add(req *ipam.Request, store ipam.Store) (*ipam.Result, *ipam.Error) {
 	var r rangeConf
 	if err := req.IPAM(&r); err != nil {
+		return nil, err
+	}
+	if err := r.serves(req); err != nil {
 		return nil, err
 	}
 	me := owner(req)

@@ -39,3 +39,18 @@ func TestHandsOutTheRangeInOrderAndTakesItBack(t *testing.T) {
 		t.Errorf("CHECK: %v", err)
 	}
 }
+
+func TestServesOnlyTheNamespacesItLists(t *testing.T) {
+	store := ipam.NewMemoryStore()
+	pod := func(namespace string) *ipam.Request {
+		return &ipam.Request{Command: ipam.CmdAdd, ContainerID: namespace, Ifname: "eth0", NetworkName: "n",
+			Args:   []ipam.Arg{{Key: "K8S_POD_NAMESPACE", Value: namespace}},
+			Config: `{"cniVersion": "1.1.0", "name": "n", "ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24, "namespaces": ["team-a"]}}`}
+	}
+	if _, err := (module{}).Add(pod("team-a"), store); err != nil {
+		t.Errorf("a listed namespace: %v", err)
+	}
+	if _, err := (module{}).Add(pod("team-b"), store); err == nil {
+		t.Error("a namespace not listed was served")
+	}
+}

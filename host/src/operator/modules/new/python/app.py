@@ -19,7 +19,8 @@ def failed(e: CniError) -> Err:
 class Handler(exports.Handler):
     def add(self, request: types.Request) -> types.IpamResult:
         try:
-            address = ipam.add(store, request.config, request.container_id, request.ifname)
+            namespace = dict(request.args).get("K8S_POD_NAMESPACE", "")
+            address = ipam.add(store, request.config, request.container_id, request.ifname, namespace)
         except CniError as e:
             raise failed(e)
         return types.IpamResult(

@@ -7,6 +7,7 @@ import json
 
 NOT_IMPLEMENTED = 121  # the SDK's code for "this module does not do that"
 POOL_FULL = 140  # the first code a module may use for its own failures
+NOT_SERVED = 140  # a pod of a namespace the range does not serve: also the module's own
 
 
 class CniError(Exception):
@@ -40,10 +41,20 @@ def owner(container_id: str, ifname: str) -> bytes:
     return f"{container_id}/{ifname}".encode()
 
 
-def add(store, config: str, container_id: str, ifname: str) -> str:
+def serves(config: str, namespace: str) -> None:
+    """Refuses a pod of a namespace the range does not serve (`ipam.namespaces`; every
+    namespace when absent). The runtime names the pod in CNI_ARGS
+    (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`), as kubelet's runtimes do."""
+    namespaces = json.loads(config).get("ipam", {}).get("namespaces")
+    if namespaces is not None and namespace not in namespaces:
+        raise CniError(NOT_SERVED, f"the range serves the namespaces {namespaces}, not {namespace!r}")
+
+
+def add(store, config: str, container_id: str, ifname: str, namespace: str = "") -> str:
     """The attachment's own address again if it has one (a retried ADD), else the
     first free one, as `address/prefix`."""
     start, end, prefix_len = read_range(config)
+    serves(config, namespace)
     me = owner(container_id, ifname)
     held = {ip: store.get(f"ip/{ip}") for ip in addresses(start, end)}
     mine = [ip for ip, who in held.items() if who == me]

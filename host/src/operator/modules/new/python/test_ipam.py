@@ -41,6 +41,16 @@ class HandsOutTheRange(unittest.TestCase):
         self.assertEqual(ipam.allocations(store), [("10.99.0.10", "c", "eth0"), ("10.99.0.11", "b", "eth0")])
 
 
+class ServesOnlyTheNamespacesItLists(unittest.TestCase):
+    def test_a_namespace_not_listed_is_refused(self):
+        config = json.dumps({"ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24, "namespaces": ["team-a"]}})
+        store = DictStore()
+        self.assertEqual(ipam.add(store, config, "a", "eth0", "team-a"), "10.99.0.10/24")
+        with self.assertRaises(ipam.CniError) as raised:
+            ipam.add(store, config, "b", "eth0", "team-b")
+        self.assertEqual(raised.exception.code, ipam.NOT_SERVED)
+
+
 class NamesAWrongSetting(unittest.TestCase):
     def test_by_its_key_path_and_value(self):
         bad = json.dumps({"ipam": {"start": "10.99.0.x", "end": "10.99.0.11", "prefixLen": 24}})

@@ -11,6 +11,9 @@ struct Range {
     start: Ipv4Addr,
     end: Ipv4Addr,
     prefix_len: u8,
+    /// The pods' namespaces the range serves; every namespace when absent.
+    #[serde(default)]
+    namespaces: Option<Vec<String>>,
 }
 
 impl Range {
@@ -21,6 +24,22 @@ impl Range {
 
 fn key(ip: Ipv4Addr) -> String {
     format!("ip/{ip}")
+}
+
+/// Refuses a pod of a namespace the range does not serve. The runtime names the pod in
+/// CNI_ARGS (`K8S_POD_NAMESPACE`, `K8S_POD_NAME`), as kubelet's runtimes do.
+fn serves(range: &Range, request: &Request) -> Result<(), Error> {
+    let Some(namespaces) = &range.namespaces else {
+        return Ok(());
+    };
+    let namespace = request.arg("K8S_POD_NAMESPACE").unwrap_or_default();
+    match namespaces.iter().any(|n| n == namespace) {
+        true => Ok(()),
+        false => Err(Error::new(
+            code::MODULE_SPECIFIC,
+            format!("the range serves the namespaces {namespaces:?}, not {namespace:?}"),
+        )),
+    }
 }
 
 fn owner(request: &Request) -> String {
@@ -35,6 +54,7 @@ pub struct Module;
 impl IpamModule for Module {
     fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
         let range: Range = request.ipam()?;
+        serves(&range, request)?;
         let owner = owner(request);
         // The attachment's own address again if it has one (a retried ADD), else the
         // first free one.
@@ -101,5 +121,19 @@ mod tests {
         Module::del(&request("a"), &mut store).unwrap();
         let again = Module::add(&request("c"), &mut store).unwrap();
         assert_eq!(again.ips[0].address, "10.99.0.10/24");
+    }
+
+    #[test]
+    fn serves_only_the_namespaces_it_lists() {
+        let config = serde_json::json!({"cniVersion": "1.1.0", "name": "n",
+            "ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24,
+                     "namespaces": ["team-a"]}});
+        let pod = |namespace: &str| {
+            Request::for_test(Command::Add, namespace, "eth0", config.clone())
+                .with_args(&[("K8S_POD_NAMESPACE", namespace)])
+        };
+        let mut store = MemoryStore::default();
+        assert!(Module::add(&pod("team-a"), &mut store).is_ok());
+        assert!(Module::add(&pod("team-b"), &mut store).is_err());
     }
 }
