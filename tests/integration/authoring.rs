@@ -121,12 +121,17 @@ fn new_refuses_a_bad_name_and_an_existing_directory() {
 /// A Rust module made by `new`, with one line removed, built as the tutorial builds
 /// (its target dir shared with the tutorial's): what the author reads must name the fix.
 fn build_without(dir: &Path, name: &str, line: &str) -> (bool, String) {
+    build_variant(dir, name, line, "")
+}
+
+/// The Rust template as `wasm-ipam new` writes it, with `from` replaced by `to`, built.
+fn build_variant(dir: &Path, name: &str, from: &str, to: &str) -> (bool, String) {
     let (ok, stdout, stderr) = run(dir, dir, &["new", name]);
     assert!(ok, "{stdout} {stderr}");
     let lib = dir.join(name).join("src/lib.rs");
     let text = std::fs::read_to_string(&lib).unwrap();
-    assert!(text.contains(line), "the template no longer has {line:?}");
-    std::fs::write(&lib, text.replace(line, "")).unwrap();
+    assert!(text.contains(from), "the template no longer has {from:?}");
+    std::fs::write(&lib, text.replace(from, to)).unwrap();
     let out = Command::new("cargo")
         .args(["build", "--target", "wasm32-wasip2", "--release", "--quiet"])
         .current_dir(dir.join(name))
@@ -202,4 +207,36 @@ fn inspect_by_a_user_without_the_cache_names_the_flags() {
         "{}",
         String::from_utf8_lossy(&uncached.stderr)
     );
+}
+
+/// The Rust template with one promise broken on purpose (a DEL of an attachment it
+/// does not hold answers 3 instead of succeeding): `conform` fails exactly the checks
+/// that DEL behind them, and passes the rest.
+#[test]
+fn conform_fails_exactly_the_checks_a_broken_module_breaks() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stderr) = build_variant(
+        dir.path(),
+        "strict-del",
+        "        let owner = owner(request);\n        for (key, held) in store.list(\"ip/\") {",
+        "        let owner = owner(request);\n        if store.list(\"ip/\").iter().all(|(_, held)| held != owner.as_bytes()) {\n            return Err(Error::new(code::UNKNOWN_CONTAINER, \"no such attachment\"));\n        }\n        for (key, held) in store.list(\"ip/\") {",
+    );
+    assert!(ok, "{stderr}");
+    let module = workspace().join("target/tutorial/wasm32-wasip2/release/strict_del.wasm");
+    let (ok, checks, out) = crate::conform::conform(
+        &module,
+        serde_json::json!({"start": "10.90.0.10", "end": "10.90.0.13", "prefixLen": 24}),
+    );
+    assert!(!ok, "{out}");
+    assert_eq!(
+        crate::conform::not_passed(&checks),
+        ["add-check-del-del", "del-never-added"],
+        "{out}"
+    );
+    assert!(
+        out.contains("FAILED   add-check-del-del: asked DEL c1/eth0 a second time; got {\"cniVersion\":\"1.1.0\",\"code\":3,\"msg\":\"no such attachment\"}; the CNI spec: a plugin should complete a DEL without error"),
+        "{out}"
+    );
+    assert!(out.ends_with("2 of 11 checks failed\n"), "{out}");
 }

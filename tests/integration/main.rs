@@ -11,6 +11,7 @@ mod cache;
 mod call_log;
 mod cluster_guide;
 mod cluster_store;
+mod conform;
 mod contract;
 mod crash;
 mod deadline;

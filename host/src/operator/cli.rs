@@ -7,6 +7,7 @@
 
 use crate::error::CniError;
 use crate::operator::args::Output;
+use crate::operator::modules::conform::Conform;
 use crate::operator::modules::oci::{pull::PullCommand, push::Push};
 use crate::operator::modules::try_call::TryCall;
 use crate::operator::modules::{inspect::Inspect, new::New, precompile::Precompile};
@@ -71,6 +72,7 @@ pub enum Operation {
     Push(Push),
     New(New),
     Try(TryCall),
+    Conform(Conform),
 }
 
 /// Runs an operator command; returns what to print.
@@ -93,6 +95,7 @@ pub fn run(cli: Cli) -> Result<Output, CniError> {
         Operation::Push(command) => command.run(),
         Operation::New(command) => command.run(),
         Operation::Try(command) => command.run(),
+        Operation::Conform(command) => command.run(),
     }
 }
 

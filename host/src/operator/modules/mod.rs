@@ -1,4 +1,5 @@
 pub mod answers;
+pub mod conform;
 pub mod inspect;
 pub mod new;
 pub mod oci;

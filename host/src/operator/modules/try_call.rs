@@ -129,9 +129,53 @@ pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
     let netconf_path = state.join("net.json");
     std::fs::write(&netconf_path, format!("{netconf:#}\n")).map_err(|e| io(&netconf_path, e))?;
 
-    let this = std::env::current_exe().map_err(|e| {
+    let (mut text, failed) = invoke(args.command, &args.id, &args.ifname, &cni_args, &netconf)?;
+    if text.is_empty() && !failed {
+        text = format!("{} ok (the plugin prints nothing)\n", args.command.name());
+    }
+    if args.list {
+        text.push_str(&list_state(&state, false)?);
+    }
+    Ok((text, failed))
+}
+
+/// `wasm-ipam list` (`--json`) of the store `try` keeps in `state`.
+pub fn list_state(state: &Path, json: bool) -> Result<String, CniError> {
+    let this = this_binary()?;
+    let mut list = Command::new(&this);
+    list.arg("list")
+        .arg("--data-dir")
+        .arg(state.join("data"))
+        .arg("--lock-file")
+        .arg(state.join("ipam.lock"));
+    if json {
+        list.arg("--json");
+    }
+    let listed = list
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| io(&this, e))?;
+    Ok(String::from_utf8_lossy(&listed.stdout).into_owned())
+}
+
+/// This binary, which is the plugin a runtime runs.
+pub fn this_binary() -> Result<PathBuf, CniError> {
+    std::env::current_exe().map_err(|e| {
         CniError::new(code::IO_FAILURE, "cannot find this binary's path").with_details(e)
-    })?;
+    })
+}
+
+/// Runs this binary as a runtime runs a CNI plugin: `command` for `id`/`ifname` with
+/// `cni_args`, `netconf` on stdin, nothing else of this process's `CNI_*`
+/// environment. What it printed on stdout, and whether it failed.
+pub fn invoke(
+    command: CniCommand,
+    id: &str,
+    ifname: &str,
+    cni_args: &str,
+    netconf: &Value,
+) -> Result<(String, bool), CniError> {
+    let this = this_binary()?;
     let bin_dir = this.parent().unwrap_or(Path::new("/"));
     let mut plugin = Command::new(&this);
     for (name, _) in std::env::vars_os() {
@@ -140,49 +184,33 @@ pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
         }
     }
     plugin
-        .env("CNI_COMMAND", args.command.name())
+        .env("CNI_COMMAND", command.name())
         .env("CNI_PATH", bin_dir)
-        .env("CNI_ARGS", &cni_args)
+        .env("CNI_ARGS", cni_args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     if matches!(
-        args.command,
+        command,
         CniCommand::Add | CniCommand::Del | CniCommand::Check
     ) {
-        plugin
-            .env("CNI_CONTAINERID", &args.id)
-            .env("CNI_IFNAME", &args.ifname);
+        plugin.env("CNI_CONTAINERID", id).env("CNI_IFNAME", ifname);
     }
-    if matches!(args.command, CniCommand::Add | CniCommand::Check) {
+    if matches!(command, CniCommand::Add | CniCommand::Check) {
         // Never entered: an IPAM plugin only passes the path on to its module.
         plugin.env("CNI_NETNS", "/var/run/netns/wasm-ipam-try");
     }
     let mut child = plugin.spawn().map_err(|e| io(&this, e))?;
-    let stdin = serde_json::to_vec(&netconf).expect("JSON serialises");
+    let stdin = serde_json::to_vec(netconf).expect("JSON serialises");
     if let Some(mut pipe) = child.stdin.take() {
         // A plugin that exits before reading its stdin answers all the same.
         let _ = pipe.write_all(&stdin);
     }
     let out = child.wait_with_output().map_err(|e| io(&this, e))?;
-    let failed = !out.status.success();
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if text.is_empty() && !failed {
-        text = format!("{} ok (the plugin prints nothing)\n", args.command.name());
-    }
-    if args.list {
-        let listed = Command::new(&this)
-            .arg("list")
-            .arg("--data-dir")
-            .arg(state.join("data"))
-            .arg("--lock-file")
-            .arg(state.join("ipam.lock"))
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| io(&this, e))?;
-        text.push_str(&String::from_utf8_lossy(&listed.stdout));
-    }
-    Ok((text, failed))
+    Ok((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        !out.status.success(),
+    ))
 }
 
 /// The network configuration a runtime would pass: `--config`'s (or a bare one),
