@@ -8,6 +8,7 @@ pub mod invocations;
 pub mod kube_api;
 pub mod model;
 pub mod process;
+pub mod registry;
 pub mod report;
 pub mod scenario;
 pub mod setup;
