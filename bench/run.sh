@@ -16,6 +16,7 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 [ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
 command -v minisign >/dev/null || missing+=(minisign)
+[ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
 if [ ${#missing[@]} -gt 0 ]; then
     apt-get update
     DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
