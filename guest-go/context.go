@@ -51,6 +51,9 @@ func decodeIPAM(config string, v any) *Error {
 	if len(conf.IPAM) == 0 || bytes.Equal(conf.IPAM, []byte("null")) {
 		return nil
 	}
+	if err := checkKeys(conf.IPAM, v); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(conf.IPAM, v); err != nil {
 		return InvalidConfig("%s", fieldError(conf.IPAM, v, err))
 	}

@@ -1,6 +1,7 @@
 //! The one table of CNI error codes wasm-ipam speaks, shared by the host and the
 //! guest SDK so neither can drift from the other (the README and the WIT docs list the
-//! same table; a host test checks them against this file).
+//! same table; a host test checks them against this file); and beside it the `ipam`
+//! keys the host reads, which an SDK must not take for a module's misspelt ones.
 //!
 //! | range | owner | a module may return it |
 //! |---|---|---|
@@ -96,6 +97,35 @@ pub const fn module_may_return(code: u32) -> bool {
     }
     code > *HOST_RESERVED.end()
 }
+
+/// The netconf `ipam` keys the host reads (its own, beside the module's): an SDK
+/// checking a module's keys passes over these. `type` is CNI's.
+pub const HOST_IPAM_KEYS: &[&str] = &[
+    "type",
+    "module",
+    "moduleSha256",
+    "trustPolicy",
+    "deadlineSeconds",
+    "lockFile",
+    "lockTimeoutSeconds",
+    "dataDir",
+    "cacheDir",
+    "logFile",
+    "logLevel",
+    "nodeName",
+    "memoryLimitMiB",
+    "hostMemoryLimitMiB",
+    "logLimitKiB",
+    "logMaxMiB",
+    "logFiles",
+    "storeQuotaEntries",
+    "storeQuotaMiB",
+    "moduleMaxMiB",
+    "compileTimeoutSeconds",
+    "compileMemoryMiB",
+    "store",
+    "strictStatus",
+];
 
 /// Every code with a name, for the docs check: (code, name).
 pub const NAMED: &[(u32, &str)] = &[

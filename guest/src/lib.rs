@@ -81,6 +81,8 @@ pub mod deadline;
 pub mod error;
 mod export;
 mod inspect;
+#[doc(hidden)]
+pub mod keys;
 pub mod log;
 mod migrate;
 mod module;

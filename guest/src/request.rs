@@ -54,6 +54,7 @@ pub(crate) fn parse_config(text: &str) -> Result<Value, Error> {
 /// syntax`): `invalid ipam.ranges[0].start ("10.1.0.x"): invalid IPv4 address syntax`.
 pub(crate) fn ipam_section<T: DeserializeOwned>(config: &Value) -> Result<T, Error> {
     let ipam = config.get("ipam").unwrap_or(&Value::Null);
+    crate::keys::check::<T>(ipam)?;
     serde_path_to_error::deserialize(ipam).map_err(|e| {
         let path = e.path().to_string();
         let at = match path.as_str() {

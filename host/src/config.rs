@@ -908,6 +908,21 @@ mod tests {
         assert_eq!(parse("{not json").unwrap_err().code, 6);
     }
 
+    /// The keys the host reads are the shared table's, which the SDKs pass over when
+    /// they look for a module's misspelt keys: a key added here and not there would be
+    /// taken for a module's typo.
+    #[test]
+    fn the_hosts_keys_are_the_shared_table() {
+        let mut read: Vec<&str> = wasm_ipam_guest::keys::fields_of::<RawHostIpam>()
+            .expect("a struct")
+            .to_vec();
+        read.push("type");
+        read.sort();
+        let mut table = wasm_ipam_codes::HOST_IPAM_KEYS.to_vec();
+        table.sort();
+        assert_eq!(read, table);
+    }
+
     #[test]
     fn host_keys_are_type_checked() {
         for bad in [

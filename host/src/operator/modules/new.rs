@@ -140,6 +140,10 @@ const GO_SDK_COPY: &[(&str, &[u8])] = &[
         include_bytes!("../../../../guest-go/inspect.go"),
     ),
     (
+        "guest-go/keys.go",
+        include_bytes!("../../../../guest-go/keys.go"),
+    ),
+    (
         "guest-go/layout.go",
         include_bytes!("../../../../guest-go/layout.go"),
     ),
@@ -269,7 +273,8 @@ fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> 
             .text
             .replace("{{name}}", name)
             .replace("{{lib}}", &lib)
-            .replace("{{sdk}}", &sdk);
+            .replace("{{sdk}}", &sdk)
+            .replace("{{host_keys}}", &host_keys());
         write(&path, contents.as_bytes(), template.executable)?;
         text.push_str(&format!("  {}\n", template.path));
     }
@@ -307,6 +312,15 @@ fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> 
         text.push_str(&format!("  {step}\n"));
     }
     Ok((text, notes))
+}
+
+/// The host's `ipam` keys as a Python set literal, for the Python template.
+fn host_keys() -> String {
+    let quoted: Vec<String> = wasm_ipam_codes::HOST_IPAM_KEYS
+        .iter()
+        .map(|k| format!("{k:?}"))
+        .collect();
+    format!("{{{}}}", quoted.join(", "))
 }
 
 /// Where cargo puts a crate's build, given `CARGO_TARGET_DIR`'s value: it when set (as

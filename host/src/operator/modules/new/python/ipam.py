@@ -17,10 +17,40 @@ class CniError(Exception):
         self.msg = msg
 
 
+# The module's own `ipam` keys, and the host's beside them (wasm-ipam's table).
+KEYS = ("start", "end", "prefixLen", "namespaces")
+HOST_KEYS = {{host_keys}}
+
+
+def distance(a: str, b: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a):
+        diagonal, row[0] = row[0], i + 1
+        for j, cb in enumerate(b):
+            diagonal, row[j + 1] = row[j + 1], min(row[j + 1] + 1, row[j] + 1, diagonal + (ca != cb))
+    return row[len(b)]
+
+
+def check_keys(ipam: dict) -> None:
+    """A key that is neither this module's nor the host's but close to one of the
+    module's (a letter off, or the same but for case) is refused naming it, as the Rust
+    and Go SDKs refuse theirs: keys match exactly, case included."""
+    for key in sorted(ipam):
+        if key in KEYS or key in HOST_KEYS:
+            continue
+        near = [(distance(key.lower(), k.lower()), k) for k in KEYS]
+        near = [(d, k) for d, k in near if d <= (1 if len(k) <= 4 else 2)]
+        if near:
+            raise CniError(7, f"ipam.{key} is not a key of this module: did you mean {min(near)[1]}? "
+                              f"(keys match exactly, case included; its keys: {', '.join(KEYS)})")
+
+
 def read_range(config: str):
     """`ipam.start`, `ipam.end` and `ipam.prefixLen`; one missing or wrong is named by
     its key path and value, as the host and the Rust and Go SDKs name theirs."""
     ipam = json.loads(config).get("ipam", {})
+    check_keys(ipam)
 
     def field(key, parse):
         if key not in ipam:

@@ -51,6 +51,22 @@ class ServesOnlyTheNamespacesItLists(unittest.TestCase):
         self.assertEqual(raised.exception.code, ipam.NOT_SERVED)
 
 
+class NamesAMisspeltKey(unittest.TestCase):
+    def test_with_the_key_it_likely_means(self):
+        for key, meant in [("strat", "start"), ("PrefixLen", "prefixLen"), ("prefixlen", "prefixLen")]:
+            config = json.dumps({"ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24, key: 1}})
+            with self.assertRaises(ipam.CniError) as raised:
+                ipam.add(DictStore(), config, "a", "eth0")
+            self.assertEqual(raised.exception.code, 7)
+            self.assertTrue(raised.exception.msg.startswith(f"ipam.{key} is not a key of this module: did you mean {meant}?"),
+                            raised.exception.msg)
+
+    def test_the_hosts_keys_and_keys_close_to_none_pass(self):
+        config = json.dumps({"ipam": {"start": "10.99.0.10", "end": "10.99.0.11", "prefixLen": 24,
+                                      "module": "/m.wasm", "moduleMaxMiB": 64, "somethingElse": 1}})
+        self.assertEqual(ipam.add(DictStore(), config, "a", "eth0"), "10.99.0.10/24")
+
+
 class NamesAWrongSetting(unittest.TestCase):
     def test_by_its_key_path_and_value(self):
         bad = json.dumps({"ipam": {"start": "10.99.0.x", "end": "10.99.0.11", "prefixLen": 24}})
