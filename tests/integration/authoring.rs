@@ -240,3 +240,41 @@ fn conform_fails_exactly_the_checks_a_broken_module_breaks() {
     );
     assert!(out.ends_with("2 of 11 checks failed\n"), "{out}");
 }
+
+/// A Python module that does not define its handler's class (the equivalent of a Go
+/// module without `ipam.Export`) is refused by the template's build.sh, naming the
+/// class, and nothing is built.
+#[test]
+fn a_python_module_without_its_handler_class_is_refused_at_build() {
+    let _serial = exclusive();
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, stdout, stderr) = run(
+        dir.path(),
+        dir.path(),
+        &["new", "no-handler", "--lang", "python"],
+    );
+    assert!(ok, "{stdout} {stderr}");
+    let project = dir.path().join("no-handler");
+    let app = std::fs::read_to_string(project.join("app.py")).unwrap();
+    let class = "class Handler(exports.Handler):";
+    assert!(app.contains(class), "the template no longer has {class:?}");
+    std::fs::write(
+        project.join("app.py"),
+        app.replace(class, "class Handlr(exports.Handler):"),
+    )
+    .unwrap();
+    let out = Command::new("./build.sh")
+        .current_dir(&project)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "built without a Handler class");
+    assert!(
+        stderr.starts_with("build.sh: app.py does not define 'Handler': each interface the module exports is a class of that name"),
+        "{stderr}"
+    );
+    assert!(
+        !project.join("no_handler.wasm").exists(),
+        "nothing was built"
+    );
+}
