@@ -85,6 +85,7 @@ mod tests {
 
     struct Bare;
 
+    crate::export_module!(Bare);
     #[crate::ipam_module]
     impl IpamModule for Bare {
         fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
@@ -97,6 +98,7 @@ mod tests {
 
     struct Listed;
 
+    crate::export_module!(Listed);
     #[crate::ipam_module]
     impl IpamModule for Listed {
         fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {

@@ -201,5 +201,6 @@ macro_rules! export_module {
         };
         #[cfg(not(target_arch = "wasm32"))]
         const _: () = $crate::__export::is_module::<$module>();
+        impl $crate::Exported for $module {}
     };
 }

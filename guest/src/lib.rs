@@ -103,7 +103,7 @@ pub use bindings::exports::cni::ipam::usage::Kind as UsageKind;
 pub use capabilities::{Function, Origin, capabilities};
 pub use inspect::Context;
 pub use migrate::ImportRequest;
-pub use module::{ImplementedByModule, IpamModule};
+pub use module::{Exported, ImplementedByModule, IpamModule};
 // `#[ipam_module]` names the trait by its absolute path, in this crate's tests too.
 extern crate self as wasm_ipam_guest;
 pub use request::{IP_ADDRS_ANNOTATION, POD_ANNOTATIONS, Request, annotated_ips_in};

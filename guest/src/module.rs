@@ -218,10 +218,22 @@ pub trait IpamModule: ImplementedByModule {
     label = "put #[wasm_ipam_guest::ipam_module] on the `impl IpamModule for {Self}` block",
     note = "#[ipam_module] records which functions the impl writes, so `wasm-ipam inspect` can tell them from the SDK's defaults"
 )]
-pub trait ImplementedByModule {
+pub trait ImplementedByModule: Exported {
     #[doc(hidden)]
     const IMPLEMENTED_BY_MODULE: &'static [&'static str];
 }
+
+/// That a type is the component's module: implemented by
+/// [`export_module!`](crate::export_module) for its type, never by hand. A module
+/// whose `impl IpamModule` has `#[ipam_module]` but that never calls `export_module!`
+/// would build into a component exporting nothing; this makes it a build error that
+/// names the macro.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is never exported: the crate must call `export_module!({Self});`",
+    label = "`#[ipam_module]` is here, but no `wasm_ipam_guest::export_module!({Self});` in the crate",
+    note = "without it the component exports no cni:ipam/handler, and the host refuses it at every call"
+)]
+pub trait Exported {}
 
 /// Whether `allocation` is the attachment's; one with an empty `ifname` (the module
 /// does not know it) is its container's.
@@ -245,6 +257,7 @@ mod tests {
     /// value of the id alone is a legacy allocation, which a DEL for the id releases.
     struct Two;
 
+    crate::export_module!(Two);
     #[crate::ipam_module]
     impl IpamModule for Two {
         fn add(request: &Request, store: &mut impl Store) -> Result<IpamResult, Error> {
@@ -283,6 +296,7 @@ mod tests {
     /// Implements only what is required.
     struct Bare;
 
+    crate::export_module!(Bare);
     #[crate::ipam_module]
     impl IpamModule for Bare {
         fn add(_: &Request, _: &mut impl Store) -> Result<IpamResult, Error> {
