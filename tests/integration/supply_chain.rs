@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 const REGISTRY: &str = "/usr/bin/docker-registry";
 const MINISIGN: &str = "/usr/bin/minisign";
 
-struct Registry {
+pub(crate) struct Registry {
     /// `127.0.0.1:PORT`.
-    address: String,
+    pub(crate) address: String,
     /// The registry's filesystem storage, to tamper with a blob.
     storage: PathBuf,
 }
@@ -40,7 +40,7 @@ extern "C" fn stop_registry() {
     }
 }
 
-fn registry() -> &'static Registry {
+pub(crate) fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         assert!(

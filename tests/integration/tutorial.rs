@@ -130,6 +130,8 @@ fn run_part(name: &str, steps: &[Step], dir: &Path, path: &str) {
                     .current_dir(&cwd)
                     .env("CARGO_TARGET_DIR", &target)
                     .env("PATH", path)
+                    // The registry the parts that ship their module push to.
+                    .env("REGISTRY", &crate::supply_chain::registry().address)
                     .output()
                     .unwrap();
                 // The builds go to a shared CARGO_TARGET_DIR, which `new` names in its
