@@ -37,7 +37,20 @@ pub struct Conform {
 }
 
 /// One check: its run on the session.
-type CheckFn = fn(&Session) -> Result<Verdict, CniError>;
+type CheckFn = fn(&Session) -> Result<Verdict, Ended>;
+
+/// Why a check ended before its last step: the verdict of the step that failed, or an
+/// error running the plugin at all (which ends the command).
+enum Ended {
+    Verdict(Verdict),
+    Error(CniError),
+}
+
+impl From<CniError> for Ended {
+    fn from(e: CniError) -> Self {
+        Ended::Error(e)
+    }
+}
 
 /// One check's verdict.
 enum Verdict {
@@ -83,7 +96,11 @@ impl Conform {
         let mut text = String::new();
         let mut failed = 0;
         for (name, check) in checks {
-            let line = match check(&session)? {
+            let verdict = match check(&session) {
+                Ok(verdict) | Err(Ended::Verdict(verdict)) => verdict,
+                Err(Ended::Error(e)) => return Err(e),
+            };
+            let line = match verdict {
                 Verdict::Passed(what) => format!("passed   {name}: {what}"),
                 Verdict::NotRun(why) => format!("not run  {name}: {why}"),
                 Verdict::Failed { asked, got, rule } => {
@@ -311,7 +328,7 @@ fn failed(
     asked: impl Into<String>,
     got: impl Into<String>,
     rule: &'static str,
-) -> Result<Verdict, CniError> {
+) -> Result<Verdict, Ended> {
     Ok(Verdict::Failed {
         asked: asked.into(),
         got: got.into(),
@@ -320,27 +337,24 @@ fn failed(
 }
 
 /// An ADD that must succeed with an address; else the verdict to print.
-fn added(reply: &Reply, asked: &str, rule: &'static str) -> Result<Vec<String>, Verdict> {
+fn added(reply: &Reply, asked: &str, rule: &'static str) -> Result<Vec<String>, Ended> {
     let addresses = reply.addresses();
     match (reply.failed, addresses.is_empty()) {
         (false, false) => Ok(addresses),
-        _ => Err(Verdict::Failed {
+        _ => Err(Ended::Verdict(Verdict::Failed {
             asked: asked.into(),
             got: reply.shown(),
             rule,
-        }),
+        })),
     }
 }
 
 use CniCommand::{Add, Check, Del};
 
-fn add_check_del_del(s: &Session) -> Result<Verdict, CniError> {
+fn add_check_del_del(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let add = s.call(&st, Add, "c1", "eth0")?;
-    let ips = match added(&add, "ADD c1/eth0", CHECK_AFTER_ADD) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
+    let ips = added(&add, "ADD c1/eth0", CHECK_AFTER_ADD)?;
     let check = s.call(&st, Check, "c1", "eth0")?;
     if check.failed {
         return failed(
@@ -367,7 +381,7 @@ fn add_check_del_del(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn del_never_added(s: &Session) -> Result<Verdict, CniError> {
+fn del_never_added(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let del = s.call(&st, Del, "never-added", "eth0")?;
     match del.failed {
@@ -380,20 +394,14 @@ fn del_never_added(s: &Session) -> Result<Verdict, CniError> {
     }
 }
 
-fn add_repeated(s: &Session) -> Result<Verdict, CniError> {
+fn add_repeated(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
-    let first = match added(&s.call(&st, Add, "c1", "eth0")?, "ADD c1/eth0", ADD_RETRIED) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
-    let again = match added(
+    let first = added(&s.call(&st, Add, "c1", "eth0")?, "ADD c1/eth0", ADD_RETRIED)?;
+    let again = added(
         &s.call(&st, Add, "c1", "eth0")?,
         "ADD c1/eth0 again",
         ADD_RETRIED,
-    ) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
+    )?;
     if again != first {
         return failed(
             "ADD c1/eth0 twice",
@@ -415,24 +423,18 @@ fn add_repeated(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn two_interfaces(s: &Session) -> Result<Verdict, CniError> {
+fn two_interfaces(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
-    let eth0 = match added(
+    let eth0 = added(
         &s.call(&st, Add, "c1", "eth0")?,
         "ADD c1/eth0",
         PER_INTERFACE,
-    ) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
-    let net1 = match added(
+    )?;
+    let net1 = added(
         &s.call(&st, Add, "c1", "net1")?,
         "ADD c1/net1",
         PER_INTERFACE,
-    ) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
+    )?;
     if eth0.iter().any(|ip| net1.contains(ip)) {
         return failed(
             "ADD c1/eth0 and c1/net1",
@@ -459,7 +461,7 @@ fn two_interfaces(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn exhaustion(s: &Session) -> Result<Verdict, CniError> {
+fn exhaustion(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let mut handed = 0;
     let refusal = loop {
@@ -501,20 +503,14 @@ fn exhaustion(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn state_across_processes(s: &Session) -> Result<Verdict, CniError> {
+fn state_across_processes(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
-    let ips = match added(&s.call(&st, Add, "c1", "eth0")?, "ADD c1/eth0", SURVIVES) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
-    let other = match added(
+    let ips = added(&s.call(&st, Add, "c1", "eth0")?, "ADD c1/eth0", SURVIVES)?;
+    let other = added(
         &s.call(&st, Add, "c2", "eth0")?,
         "ADD c2/eth0 in a new process",
         SURVIVES,
-    ) {
-        Ok(ips) => ips,
-        Err(verdict) => return Ok(verdict),
-    };
+    )?;
     if other.iter().any(|ip| ips.contains(ip)) {
         return failed(
             "ADD c1/eth0, then ADD c2/eth0 in a new process",
@@ -531,7 +527,7 @@ fn state_across_processes(s: &Session) -> Result<Verdict, CniError> {
     ))
 }
 
-fn cni_versions(s: &Session) -> Result<Verdict, CniError> {
+fn cni_versions(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     for version in SUPPORTED_VERSIONS {
         let conf = s.netconf(&st, version);
@@ -567,7 +563,7 @@ fn cni_versions(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn status(s: &Session) -> Result<Verdict, CniError> {
+fn status(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let reply = s.call(&st, CniCommand::Status, "", "")?;
     match reply.failed {
@@ -576,18 +572,15 @@ fn status(s: &Session) -> Result<Verdict, CniError> {
     }
 }
 
-fn gc(s: &Session) -> Result<Verdict, CniError> {
+fn gc(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let mut handed = Vec::new();
     for id in ["kept", "gone"] {
-        match added(
+        handed.push(added(
             &s.call(&st, Add, id, "eth0")?,
             &format!("ADD {id}/eth0"),
             GC,
-        ) {
-            Ok(ips) => handed.push(ips),
-            Err(verdict) => return Ok(verdict),
-        }
+        )?);
     }
     let mut conf = s.netconf(&st, "1.1.0");
     conf["cni.dev/valid-attachments"] = json!([{"containerID": "kept", "ifname": "eth0"}]);
@@ -618,21 +611,19 @@ fn gc(s: &Session) -> Result<Verdict, CniError> {
     )))
 }
 
-fn list_agrees(s: &Session) -> Result<Verdict, CniError> {
+fn list_agrees(s: &Session) -> Result<Verdict, Ended> {
     let st = s.state();
     let mut expected = Vec::new();
     for (id, ifname) in [("c1", "eth0"), ("c2", "eth0"), ("c2", "net1")] {
-        match added(
+        let ips = added(
             &s.call(&st, Add, id, ifname)?,
             &format!("ADD {id}/{ifname}"),
             INSPECT,
-        ) {
-            Ok(ips) => expected.extend(
-                ips.into_iter()
-                    .map(|ip| (ip, id.to_string(), ifname.to_string())),
-            ),
-            Err(verdict) => return Ok(verdict),
-        }
+        )?;
+        expected.extend(
+            ips.into_iter()
+                .map(|ip| (ip, id.to_string(), ifname.to_string())),
+        );
     }
     expected.sort();
     let listed = s.listed(&st)?;
@@ -649,7 +640,7 @@ fn list_agrees(s: &Session) -> Result<Verdict, CniError> {
     }
 }
 
-fn within_budget(s: &Session) -> Result<Verdict, CniError> {
+fn within_budget(s: &Session) -> Result<Verdict, Ended> {
     s.checks_run.set(s.checks_run.get() + 1);
     let (slowest, command) = s.slowest.get();
     let bound = s.deadline / 4;
