@@ -1,5 +1,5 @@
 //! The one table of CNI error codes wasm-ipam speaks, shared by the host and the
-//! guest SDK so neither can drift from the other (the README and the WIT docs list the
+//! guest SDK so neither can drift from the other (docs/error-codes.md and the WIT docs list the
 //! same table; a host test checks them against this file); and beside it the `ipam`
 //! keys the host reads, which an SDK must not take for a module's misspelt ones.
 //!

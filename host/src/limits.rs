@@ -1,8 +1,8 @@
 //! Every resource limit, in one place: what a module can make the node spend —
 //! memory (its own and the host's on its behalf), disk, lock time, compile time — is
 //! bounded per call, the log file over time too, and each bound has a documented
-//! default and, where an operator may need to change it, a netconf key. README and
-//! SECURITY.md list them.
+//! default and, where an operator may need to change it, a netconf key.
+//! docs/configuration.md and SECURITY.md list them.
 
 use std::time::Duration;
 
@@ -126,7 +126,7 @@ mod tests {
         std::fs::read_to_string(root.join(relative)).unwrap()
     }
 
-    /// README's netconf table and SECURITY.md's limits table give each key's default
+    /// docs/configuration.md's key table and SECURITY.md's limits table give each key's default
     /// as this file sets it.
     #[test]
     fn docs_give_every_limit_its_default() {
@@ -144,11 +144,11 @@ mod tests {
             ("compileTimeoutSeconds", d.compile_time.as_secs(), "s"),
             ("compileMemoryMiB", mib(d.compile_memory), "MiB"),
         ];
-        let readme = read("README.md");
+        let readme = read("docs/configuration.md");
         let security = read("SECURITY.md");
         for (key, default, unit) in keys {
             let row = format!("| `{key}` | `{default}` |");
-            assert!(readme.contains(&row), "README lacks {row}");
+            assert!(readme.contains(&row), "docs/configuration.md lacks {row}");
             let shown = if unit.is_empty() {
                 // 1000000 is written 1,000,000.
                 default
