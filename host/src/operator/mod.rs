@@ -8,6 +8,8 @@ pub mod args;
 pub mod ask;
 pub mod cli;
 mod doc_commands;
+#[cfg(test)]
+mod help_defaults;
 /// Supplying and writing modules: `inspect`, `precompile`, `pull`, `push`, `new`, `try`.
 pub mod modules;
 /// Repairing and releasing: `gc`, `forget`, `release-node`, `reserve`, `unreserve`,

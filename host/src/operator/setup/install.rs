@@ -141,9 +141,10 @@ pub struct Install {
     /// The conflist's `ipam.logFile` (default: none).
     #[arg(long)]
     pub log_file: Option<PathBuf>,
-    /// Also write a systemd service and timer (`wasm-ipam-gc.{service,timer}` in
-    /// --systemd-dir) that run `wasm-ipam gc` for the network every 5 minutes.
-    #[arg(long)]
+    #[arg(long, help = format!(
+        "Also write a systemd service and timer (`wasm-ipam-gc.{{service,timer}}` in \
+         --systemd-dir) that run `wasm-ipam gc` for the network every {GC_EVERY}"
+    ))]
     pub gc_timer: bool,
     #[arg(long, default_value = "/etc/systemd/system")]
     pub systemd_dir: PathBuf,
@@ -163,7 +164,7 @@ fn unwritten(key: &str, default: &str) -> String {
 
 /// How often the timer runs `gc`: leaks wait at least the grace period (15 minutes)
 /// anyway, and each run holds the lock only briefly.
-const GC_EVERY: &str = "5min";
+pub const GC_EVERY: &str = "5min";
 
 /// The systemd service and timer that run `wasm-ipam gc` for the installed network.
 pub fn gc_units(install: &Install) -> (String, String) {
