@@ -15,6 +15,7 @@ pub mod caller;
 pub mod cni;
 pub mod config;
 mod doc_figures;
+mod doc_readme;
 pub mod error;
 pub mod files;
 pub mod fuzz;
