@@ -3,6 +3,12 @@
 //! and then renames it aside (`store.redb.migrated`) as the operator's backup.
 //! Nothing is lost and nothing is read twice: once the new store exists, the old
 //! file is never looked at again.
+//!
+//! This file is the only reason the host links redb: no store of today is redb. It
+//! stays while nodes may still be upgraded from v0.1 directly. Retiring it is one
+//! step: delete this file and the dependency, and name in the release notes the
+//! last version that reads a v0.1 store, through which such a node must pass (any
+//! one call there migrates it).
 
 use super::{Usage, entry_bytes, store_error};
 use crate::error::CniError;
