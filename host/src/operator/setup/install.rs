@@ -834,11 +834,14 @@ fn precompile(
         Some(&cache),
         &Limits::default(),
     )?;
-    crate::operator::modules::answers::refuse_unless_it_answers(
-        &loaded,
-        Some(&cache),
-        &Limits::default(),
-    )?;
+    // A pulled module was asked already, by `pull`, before it was written.
+    if !pulled {
+        crate::operator::modules::answers::refuse_unless_it_answers(
+            &loaded,
+            Some(&cache),
+            &Limits::default(),
+        )?;
+    }
     let done = match loaded.from_cache {
         true => "already compiled",
         false => "compiled",
@@ -856,7 +859,7 @@ fn precompile(
     Ok(())
 }
 
-/// The systemd service and timer that run `wasm-ipam gc` every 5 minutes.
+/// The systemd service and timer that run `wasm-ipam gc` every [`GC_EVERY`].
 fn install_gc_timer(install: &Install, steps: &mut Steps) -> Result<(), CniError> {
     let (service, timer) = gc_units(install);
     for (name, text) in [
