@@ -15,11 +15,12 @@ use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::bindings::{
-    capabilities, handler, inspect, migrate, nodes, reservations, types, usage, v0_1, wide_usage,
+    capabilities, inspect, migrate, nodes, reservations, types, usage, wide_usage,
 };
 use crate::module::cache::ModuleCache;
 use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
 use crate::module::engine::{engine, engine_error};
+use crate::module::exports::{Export, Exports, Handler, present};
 use crate::module::file::ModuleFile;
 use crate::module::host::GuestState;
 use crate::module::ticker::EpochTicker;
@@ -34,23 +35,10 @@ pub struct ModuleHost {
     engine: Engine,
 }
 
-/// The exports a call reaches, looked up once per load.
-enum Handler {
-    V0_1(v0_1::handler::GuestIndices),
-    V0_2(handler::GuestIndices),
-}
-
 /// A compiled, linked module ready to instantiate.
 pub struct LoadedModule {
     pre: InstancePre<GuestState>,
-    handler: Handler,
-    inspect: Option<inspect::GuestIndices>,
-    migrate: Option<migrate::GuestIndices>,
-    nodes: Option<nodes::GuestIndices>,
-    capabilities: Option<capabilities::GuestIndices>,
-    reservations: Option<reservations::GuestIndices>,
-    usage: Option<usage::GuestIndices>,
-    wide_usage: Option<wide_usage::GuestIndices>,
+    exports: Exports,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -60,42 +48,27 @@ pub struct LoadedModule {
 }
 
 impl LoadedModule {
-    pub fn exports_inspect(&self) -> bool {
-        self.inspect.is_some()
-    }
-    pub fn exports_migrate(&self) -> bool {
-        self.migrate.is_some()
-    }
-    pub fn exports_nodes(&self) -> bool {
-        self.nodes.is_some()
-    }
-    pub fn exports_capabilities(&self) -> bool {
-        self.capabilities.is_some()
-    }
-    pub fn exports_reservations(&self) -> bool {
-        self.reservations.is_some()
-    }
-    pub fn exports_usage(&self) -> bool {
-        self.usage.is_some()
+    /// Whether the module has the optional `export`.
+    pub fn exports(&self, export: Export) -> bool {
+        self.exports.has(export)
     }
 
     /// Why the module cannot be asked `work`: it lacks the export. Checked before the
     /// lock, so nothing waits for a question the module cannot answer.
     pub fn refusal(&self, work: &Question) -> Option<CniError> {
-        let (exported, interface, since) = match work {
+        let export = match work {
             Question::Handle(..) => return None,
-            Question::Allocations(_) | Question::Pools(_) => {
-                (self.exports_inspect(), "inspect", "0.2.0")
-            }
-            Question::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
-            Question::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
-            Question::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
+            Question::Allocations(_) | Question::Pools(_) => Export::Inspect,
+            Question::Import(_) => Export::Migrate,
+            Question::ReleaseNode(_) => Export::Nodes,
+            Question::Capabilities => Export::Capabilities,
             Question::Reserve(_) | Question::Unreserve(..) | Question::Reservations(_) => {
-                (self.exports_reservations(), "reservations", "0.2.3")
+                Export::Reservations
             }
-            Question::Usage(_) => (self.exports_usage(), "usage", "0.2.3"),
+            Question::Usage(_) => Export::Usage,
         };
-        (!exported).then(|| {
+        let (interface, since) = (export.interface(), export.since());
+        (!self.exports(export)).then(|| {
             CniError::new(
                 code::MODULE_REJECTED,
                 format!(
@@ -307,74 +280,10 @@ impl ModuleHost {
             .linker(interfaces)?
             .instantiate_pre(&compiled.component)
             .map_err(|e| rejected("cannot be linked", e))?;
-        let handler_export = format!("does not export cni:ipam/handler@{}", contract.version());
-        let handler = match contract {
-            Contract::V0_1 => Handler::V0_1(
-                v0_1::handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
-            ),
-            Contract::V0_2 { .. } => Handler::V0_2(
-                handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
-            ),
-        };
-        // Generated from the current contract, the indices find a 0.2.x export by its
-        // semver-compatible name, so one set serves every 0.2 patch version.
-        let without =
-            |interface: &str| format!("exports cni:ipam/{interface} without its functions");
-        let inspect = match interfaces.inspect {
-            true => Some(
-                inspect::GuestIndices::new(&pre).map_err(|e| rejected(&without("inspect"), e))?,
-            ),
-            false => None,
-        };
-        let migrate = match interfaces.migrate {
-            true => Some(
-                migrate::GuestIndices::new(&pre).map_err(|e| rejected(&without("migrate"), e))?,
-            ),
-            false => None,
-        };
-        let nodes = match interfaces.nodes {
-            true => {
-                Some(nodes::GuestIndices::new(&pre).map_err(|e| rejected(&without("nodes"), e))?)
-            }
-            false => None,
-        };
-        let capabilities = match interfaces.capabilities {
-            true => Some(
-                capabilities::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("capabilities"), e))?,
-            ),
-            false => None,
-        };
-        let reservations = match interfaces.reservations {
-            true => Some(
-                reservations::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("reservations"), e))?,
-            ),
-            false => None,
-        };
-        let usage = match interfaces.usage {
-            true => {
-                Some(usage::GuestIndices::new(&pre).map_err(|e| rejected(&without("usage"), e))?)
-            }
-            false => None,
-        };
-        let wide_usage = match interfaces.wide_usage {
-            true => Some(
-                wide_usage::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("wide-usage"), e))?,
-            ),
-            false => None,
-        };
+        let exports = Exports::look_up(&pre, contract, interfaces, &rejected)?;
         Ok(LoadedModule {
             pre,
-            handler,
-            inspect,
-            migrate,
-            nodes,
-            capabilities,
-            reservations,
-            usage,
-            wide_usage,
+            exports,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -441,7 +350,7 @@ async fn ask(
         return Ok(Err(refused));
     }
     Ok(match work {
-        Question::Handle(request, call) => match &module.handler {
+        Question::Handle(request, call) => match &module.exports.handler {
             Handler::V0_2(indices) => {
                 let h = indices.load(&mut *store, instance)?;
                 let s = &mut *store;
@@ -479,19 +388,19 @@ async fn ask(
                 .map(Answer::Handled)
             }
         },
-        Question::Allocations(context) => present(&module.inspect)
+        Question::Allocations(context) => present(&module.exports.inspect)
             .load(&mut *store, instance)?
             .call_allocations(&mut *store, &context)
             .await?
             .map(Answer::Allocations)
             .map_err(module_error),
-        Question::Pools(context) => present(&module.inspect)
+        Question::Pools(context) => present(&module.exports.inspect)
             .load(&mut *store, instance)?
             .call_pools(&mut *store, &context)
             .await?
             .map(Answer::Pools)
             .map_err(module_error),
-        Question::Import(import) => present(&module.migrate)
+        Question::Import(import) => present(&module.exports.migrate)
             .load(&mut *store, instance)?
             .call_import_state(
                 &mut *store,
@@ -503,7 +412,7 @@ async fn ask(
             .await?
             .map(Answer::Imported)
             .map_err(module_error),
-        Question::ReleaseNode(release) => present(&module.nodes)
+        Question::ReleaseNode(release) => present(&module.exports.nodes)
             .load(&mut *store, instance)?
             .call_release_node(
                 &mut *store,
@@ -515,12 +424,12 @@ async fn ask(
             .map(Answer::Released)
             .map_err(module_error),
         Question::Capabilities => Ok(Answer::Capabilities(
-            present(&module.capabilities)
+            present(&module.exports.capabilities)
                 .load(&mut *store, instance)?
                 .call_functions(&mut *store)
                 .await?,
         )),
-        Question::Reserve(reserve) => present(&module.reservations)
+        Question::Reserve(reserve) => present(&module.exports.reservations)
             .load(&mut *store, instance)?
             .call_reserve(
                 &mut *store,
@@ -532,19 +441,19 @@ async fn ask(
             .await?
             .map(Answer::Reservation)
             .map_err(module_error),
-        Question::Unreserve(context, cidr) => present(&module.reservations)
+        Question::Unreserve(context, cidr) => present(&module.exports.reservations)
             .load(&mut *store, instance)?
             .call_unreserve(&mut *store, &context, &cidr)
             .await?
             .map(Answer::Reservation)
             .map_err(module_error),
-        Question::Reservations(context) => present(&module.reservations)
+        Question::Reservations(context) => present(&module.exports.reservations)
             .load(&mut *store, instance)?
             .call_all(&mut *store, &context)
             .await?
             .map(Answer::Reservations)
             .map_err(module_error),
-        Question::Usage(context) => match (&module.wide_usage, &module.usage) {
+        Question::Usage(context) => match (&module.exports.wide_usage, &module.exports.usage) {
             (Some(indices), _) => indices
                 .load(&mut *store, instance)?
                 .call_pools(&mut *store, &context)
@@ -560,14 +469,6 @@ async fn ask(
             (None, None) => unreachable!("refused above"),
         },
     })
-}
-
-/// The indices of an optional export the module has: [`LoadedModule::refusal`] has
-/// refused the question of a module without it.
-fn present<T>(indices: &Option<T>) -> &T {
-    indices
-        .as_ref()
-        .expect("a question of a missing export is refused before")
 }
 
 /// A `usage.pool-usage` row as `wide-usage` has it (its counts saturated at 2^64-1

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod compile;
 pub mod contract;
 pub mod engine;
+pub mod exports;
 pub mod file;
 pub(crate) mod host;
 pub mod instance;

@@ -14,6 +14,7 @@ use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::bindings::capabilities::Function;
 use crate::module::cache::ModuleCache;
+use crate::module::exports::Export;
 use crate::module::instance::{Answer, LoadedModule, Question};
 use crate::pipeline::{self, Label, Network, Writes};
 use std::path::Path;
@@ -68,7 +69,7 @@ pub fn refuse_unless_it_answers(
     cache: Option<&ModuleCache>,
     limits: &Limits,
 ) -> Result<(), CniError> {
-    if !loaded.exports_capabilities() {
+    if !loaded.exports(Export::Capabilities) {
         return Ok(());
     }
     capabilities(&loaded.path, cache, limits)

@@ -6,6 +6,7 @@
 
 use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
+use crate::module::exports::Export;
 use crate::module::instance::{Answer, Question, widened};
 use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock, asked_all};
 use crate::operator::view::table::{Align, Table};
@@ -306,7 +307,7 @@ pub fn reservations(
         "list",
         networks,
         |a, session| {
-            if !session.module().exports_reservations() {
+            if !session.module().exports(Export::Reservations) {
                 return Ok(None);
             }
             match read(session, Question::Reservations(a.nodes_context())) {
@@ -341,7 +342,7 @@ pub fn network_stats(
         place,
         "stats",
         networks,
-        |a, session| match session.module().exports_usage() {
+        |a, session| match session.module().exports(Export::Usage) {
             true => read(session, Question::Usage(a.context())),
             false => read(session, Question::Pools(a.context())),
         },
