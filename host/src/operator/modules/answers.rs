@@ -15,7 +15,8 @@ use crate::limits::Limits;
 use crate::module::bindings::capabilities::Function;
 use crate::module::cache::ModuleCache;
 use crate::module::exports::Export;
-use crate::module::instance::{Answer, LoadedModule, Question};
+use crate::module::instance::LoadedModule;
+use crate::module::question::Capabilities;
 use crate::pipeline::{self, Label, Network, Writes};
 use std::path::Path;
 
@@ -54,12 +55,9 @@ pub fn capabilities(
         &network,
         &Label::operator("inspect"),
         &|| false,
-        |session| session.ask(Question::Capabilities, Writes::ReadOnly),
+        |session| session.ask(Capabilities, Writes::ReadOnly),
     );
-    match ran.result? {
-        Answer::Capabilities(functions) => Ok(functions),
-        _ => unreachable!("asked capabilities"),
-    }
+    ran.result
 }
 
 /// Refuses (code 100) a module that exports `capabilities` and fails to answer it:
