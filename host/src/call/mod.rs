@@ -11,7 +11,7 @@ use crate::cni::{self, Command, Invocation};
 use crate::config::{self, NetConf};
 use crate::error::CniError;
 use crate::module::bindings::types;
-use crate::module::instance::{Answer, Call, Question};
+use crate::module::question::{Call, Handle};
 use crate::pipeline::{self, Label, Network, Writes};
 use serde_json::Value;
 
@@ -88,7 +88,10 @@ fn run(
         ),
         Command::Version => unreachable!("answered above"),
     };
-    let work = Question::Handle(guest_request(invocation, &conf, module_config), call);
+    let work = Handle {
+        request: guest_request(invocation, &conf, module_config),
+        call,
+    };
     let label = Label {
         command: invocation.command.as_str().to_string(),
         container_id: invocation.container_id.clone(),
@@ -111,10 +114,7 @@ fn run(
     }
     // The process exits once it has answered.
     ran.leave_loaded_to_exit();
-    match ran.result? {
-        Answer::Handled(result) => Ok(result.map(|r| r.to_json(&conf.cni_version))),
-        _ => unreachable!("a handler call answers Handled"),
-    }
+    Ok(ran.result?.map(|r| r.to_json(&conf.cni_version)))
 }
 
 /// The request as the runtime made it; the pipeline stamps it with the grant.

@@ -1,5 +1,6 @@
-//! Linking a compiled module (before the lock) and running one export of it on a
-//! fresh instance (after the grant, bounded by the deadline).
+//! Linking a compiled module (before the lock) and asking it one question
+//! ([`crate::module::question`]) on a fresh instance (after the grant, bounded by the
+//! deadline).
 //!
 //! Loading reads, digests, compiles and links the component, so a module that is
 //! corrupt, pinned to another digest or imports what the host does not provide is
@@ -11,17 +12,15 @@
 //! arguments, the handler's result or error) is bounded by wasmtime's hostcall fuel,
 //! set to `hostMemoryLimitMiB`, before the host copies it.
 
-use crate::cni::IpamResult;
 use crate::error::{CniError, code};
 use crate::limits::Limits;
-use crate::module::bindings::{
-    capabilities, handler, inspect, migrate, nodes, reservations, types, usage, v0_1, wide_usage,
-};
 use crate::module::cache::ModuleCache;
-use crate::module::contract::{Contract, Interfaces, cni_import, v0_1_convert};
+use crate::module::contract::{Contract, Interfaces, cni_import};
 use crate::module::engine::{engine, engine_error};
+use crate::module::exports::{Export, Exports};
 use crate::module::file::ModuleFile;
 use crate::module::host::GuestState;
+use crate::module::question::Question;
 use crate::module::ticker::EpochTicker;
 use crate::module::trap::{deadline_error, trap_error};
 use crate::module::trust::{Policies, SignatureFile};
@@ -34,23 +33,10 @@ pub struct ModuleHost {
     engine: Engine,
 }
 
-/// The exports a call reaches, looked up once per load.
-enum Handler {
-    V0_1(v0_1::handler::GuestIndices),
-    V0_2(handler::GuestIndices),
-}
-
 /// A compiled, linked module ready to instantiate.
 pub struct LoadedModule {
     pre: InstancePre<GuestState>,
-    handler: Handler,
-    inspect: Option<inspect::GuestIndices>,
-    migrate: Option<migrate::GuestIndices>,
-    nodes: Option<nodes::GuestIndices>,
-    capabilities: Option<capabilities::GuestIndices>,
-    reservations: Option<reservations::GuestIndices>,
-    usage: Option<usage::GuestIndices>,
-    wide_usage: Option<wide_usage::GuestIndices>,
+    exports: Exports,
     pub contract: Contract,
     /// Where it was read from, for messages.
     pub path: std::path::PathBuf,
@@ -60,42 +46,18 @@ pub struct LoadedModule {
 }
 
 impl LoadedModule {
-    pub fn exports_inspect(&self) -> bool {
-        self.inspect.is_some()
-    }
-    pub fn exports_migrate(&self) -> bool {
-        self.migrate.is_some()
-    }
-    pub fn exports_nodes(&self) -> bool {
-        self.nodes.is_some()
-    }
-    pub fn exports_capabilities(&self) -> bool {
-        self.capabilities.is_some()
-    }
-    pub fn exports_reservations(&self) -> bool {
-        self.reservations.is_some()
-    }
-    pub fn exports_usage(&self) -> bool {
-        self.usage.is_some()
+    /// Whether the module has the optional `export`.
+    pub fn exports(&self, export: Export) -> bool {
+        self.exports.has(export)
     }
 
-    /// Why the module cannot be asked `work`: it lacks the export. Checked before the
-    /// lock, so nothing waits for a question the module cannot answer.
-    pub fn refusal(&self, work: &Question) -> Option<CniError> {
-        let (exported, interface, since) = match work {
-            Question::Handle(..) => return None,
-            Question::Allocations(_) | Question::Pools(_) => {
-                (self.exports_inspect(), "inspect", "0.2.0")
-            }
-            Question::Import(_) => (self.exports_migrate(), "migrate", "0.2.0"),
-            Question::ReleaseNode(_) => (self.exports_nodes(), "nodes", "0.2.1"),
-            Question::Capabilities => (self.exports_capabilities(), "capabilities", "0.2.2"),
-            Question::Reserve(_) | Question::Unreserve(..) | Question::Reservations(_) => {
-                (self.exports_reservations(), "reservations", "0.2.3")
-            }
-            Question::Usage(_) => (self.exports_usage(), "usage", "0.2.3"),
-        };
-        (!exported).then(|| {
+    /// Why the module cannot be asked `question`: it lacks the export. Checked before
+    /// the module is instantiated, so nothing runs for a question the module cannot
+    /// answer.
+    pub fn refusal<Q: Question>(&self, question: &Q) -> Option<CniError> {
+        let export = question.needs()?;
+        let (interface, since) = (export.interface(), export.since());
+        (!self.exports(export)).then(|| {
             CniError::new(
                 code::MODULE_REJECTED,
                 format!(
@@ -111,87 +73,11 @@ impl LoadedModule {
     }
 }
 
-/// The handler call to make.
-#[derive(Clone)]
-pub enum Call {
-    Add,
-    Del,
-    Check,
-    Gc(Vec<types::Attachment>),
-    Status,
-}
-
-/// What to ask a module.
-#[derive(Clone)]
-pub enum Question {
-    /// A CNI command.
-    Handle(types::Request, Call),
-    /// `inspect.allocations`.
-    Allocations(inspect::Context),
-    /// `inspect.pools`.
-    Pools(inspect::Context),
-    /// `migrate.import-state`.
-    Import(Import),
-    /// `nodes.release-node`.
-    ReleaseNode(ReleaseNode),
-    /// `capabilities.functions`.
-    Capabilities,
-    /// `reservations.reserve`.
-    Reserve(Reserve),
-    /// `reservations.unreserve` of a CIDR.
-    Unreserve(nodes::Context, String),
-    /// `reservations.all`.
-    Reservations(nodes::Context),
-    /// `usage.pools`.
-    Usage(inspect::Context),
-}
-
-#[derive(Clone)]
-pub struct Reserve {
-    pub context: nodes::Context,
-    pub cidr: String,
-    pub note: String,
-    pub force: bool,
-}
-
-#[derive(Clone)]
-pub struct ReleaseNode {
-    pub context: nodes::Context,
-    /// The node to release.
-    pub node: String,
-    pub dry_run: bool,
-}
-
-#[derive(Clone)]
-pub struct Import {
-    pub format: String,
-    pub network: String,
-    pub config: Option<String>,
-    pub files: Vec<migrate::StateFile>,
-}
-
-/// What a module answered, by the [`Question`] asked.
-pub enum Answer {
-    /// For ADD the result, checked ([`crate::module::answer::checked_result`]),
-    /// otherwise `None`.
-    Handled(Option<IpamResult>),
-    Allocations(Vec<inspect::Allocation>),
-    Pools(Vec<inspect::Pool>),
-    Imported(migrate::ImportReport),
-    Released(nodes::ReleaseReport),
-    Capabilities(Vec<capabilities::Function>),
-    /// What `reserve` or `unreserve` made or ended.
-    Reservation(reservations::Reservation),
-    Reservations(Vec<reservations::Reservation>),
-    /// `wide-usage.pools`' rows, or `usage.pools`' widened.
-    Usage(Vec<wide_usage::PoolUsage>),
-}
-
 /// What a guest call left behind, whether it succeeded or not.
-pub struct GuestOutcome {
+pub struct GuestOutcome<A> {
     /// The module's answer, or why it failed: the module's own CNI error, a trap, or
     /// the deadline.
-    pub result: Result<Answer, CniError>,
+    pub result: Result<A, CniError>,
     /// The guest's state, holding its staged store writes and captured output.
     pub state: GuestState,
 }
@@ -307,74 +193,10 @@ impl ModuleHost {
             .linker(interfaces)?
             .instantiate_pre(&compiled.component)
             .map_err(|e| rejected("cannot be linked", e))?;
-        let handler_export = format!("does not export cni:ipam/handler@{}", contract.version());
-        let handler = match contract {
-            Contract::V0_1 => Handler::V0_1(
-                v0_1::handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
-            ),
-            Contract::V0_2 { .. } => Handler::V0_2(
-                handler::GuestIndices::new(&pre).map_err(|e| rejected(&handler_export, e))?,
-            ),
-        };
-        // Generated from the current contract, the indices find a 0.2.x export by its
-        // semver-compatible name, so one set serves every 0.2 patch version.
-        let without =
-            |interface: &str| format!("exports cni:ipam/{interface} without its functions");
-        let inspect = match interfaces.inspect {
-            true => Some(
-                inspect::GuestIndices::new(&pre).map_err(|e| rejected(&without("inspect"), e))?,
-            ),
-            false => None,
-        };
-        let migrate = match interfaces.migrate {
-            true => Some(
-                migrate::GuestIndices::new(&pre).map_err(|e| rejected(&without("migrate"), e))?,
-            ),
-            false => None,
-        };
-        let nodes = match interfaces.nodes {
-            true => {
-                Some(nodes::GuestIndices::new(&pre).map_err(|e| rejected(&without("nodes"), e))?)
-            }
-            false => None,
-        };
-        let capabilities = match interfaces.capabilities {
-            true => Some(
-                capabilities::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("capabilities"), e))?,
-            ),
-            false => None,
-        };
-        let reservations = match interfaces.reservations {
-            true => Some(
-                reservations::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("reservations"), e))?,
-            ),
-            false => None,
-        };
-        let usage = match interfaces.usage {
-            true => {
-                Some(usage::GuestIndices::new(&pre).map_err(|e| rejected(&without("usage"), e))?)
-            }
-            false => None,
-        };
-        let wide_usage = match interfaces.wide_usage {
-            true => Some(
-                wide_usage::GuestIndices::new(&pre)
-                    .map_err(|e| rejected(&without("wide-usage"), e))?,
-            ),
-            false => None,
-        };
+        let exports = Exports::look_up(&pre, contract, interfaces, &rejected)?;
         Ok(LoadedModule {
             pre,
-            handler,
-            inspect,
-            migrate,
-            nodes,
-            capabilities,
-            reservations,
-            usage,
-            wide_usage,
+            exports,
             contract,
             path: path.to_path_buf(),
             sha256: compiled.sha256,
@@ -382,10 +204,17 @@ impl ModuleHost {
         })
     }
 
-    /// Instantiates the module and asks it `work`, stopping it at the deadline.
+    /// Instantiates the module and asks it `question`, stopping it at the deadline:
+    /// the module's answer, its CNI error (checked by [`crate::module::answer`]), a
+    /// refusal of a question it lacks the export for, a trap, or the deadline.
     ///
     /// Called only after the lock grant: `state` holds a deadline built from the grant.
-    pub fn call(&self, module: &LoadedModule, state: GuestState, work: Question) -> GuestOutcome {
+    pub fn call<Q: Question>(
+        &self,
+        module: &LoadedModule,
+        state: GuestState,
+        question: Q,
+    ) -> GuestOutcome<Q::Answer> {
         let deadline = state.deadline;
         let transfer_limit = state.transfer_limit;
         let mut store = wasmtime::Store::new(&self.engine, state);
@@ -412,7 +241,10 @@ impl ModuleHost {
         let outcome = runtime.block_on(async {
             tokio::time::timeout(deadline.remaining(), async {
                 let instance = module.pre.instantiate_async(&mut store).await?;
-                ask(module, &mut store, &instance, work).await
+                if let Some(refused) = module.refusal(&question) {
+                    return Ok(Err(refused));
+                }
+                question.ask(&module.exports, &mut store, &instance).await
             })
             .await
         });
@@ -423,170 +255,5 @@ impl ModuleHost {
             Err(_elapsed) => Err(deadline_error(deadline)),
         };
         GuestOutcome { result, state }
-    }
-}
-
-type Store = wasmtime::Store<GuestState>;
-
-/// Calls the export `work` names in `instance`: the module's answer, its CNI error
-/// (checked by [`crate::module::answer`]), or a trap.
-async fn ask(
-    module: &LoadedModule,
-    store: &mut Store,
-    instance: &wasmtime::component::Instance,
-    work: Question,
-) -> wasmtime::Result<Result<Answer, CniError>> {
-    use crate::module::answer::{checked_result, module_error};
-    if let Some(refused) = module.refusal(&work) {
-        return Ok(Err(refused));
-    }
-    Ok(match work {
-        Question::Handle(request, call) => match &module.handler {
-            Handler::V0_2(indices) => {
-                let h = indices.load(&mut *store, instance)?;
-                let s = &mut *store;
-                match call {
-                    Call::Add => h.call_add(s, &request).await?.map(Some),
-                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
-                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
-                    Call::Gc(valid) => h.call_gc(s, &request, &valid).await?.map(|()| None),
-                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
-                }
-                .map_err(module_error)
-                .and_then(|result| result.map(checked_result).transpose())
-                .map(Answer::Handled)
-            }
-            Handler::V0_1(indices) => {
-                let h = indices.load(&mut *store, instance)?;
-                let s = &mut *store;
-                let request = v0_1_convert::request(request);
-                match call {
-                    Call::Add => h
-                        .call_add(s, &request)
-                        .await?
-                        .map(|r| Some(v0_1_convert::result(r))),
-                    Call::Del => h.call_del(s, &request).await?.map(|()| None),
-                    Call::Check => h.call_check(s, &request).await?.map(|()| None),
-                    Call::Gc(valid) => {
-                        let valid: Vec<_> =
-                            valid.into_iter().map(v0_1_convert::attachment).collect();
-                        h.call_gc(s, &request, &valid).await?.map(|()| None)
-                    }
-                    Call::Status => h.call_status(s, &request).await?.map(|()| None),
-                }
-                .map_err(|e| module_error(v0_1_convert::error(e)))
-                .and_then(|result| result.map(checked_result).transpose())
-                .map(Answer::Handled)
-            }
-        },
-        Question::Allocations(context) => present(&module.inspect)
-            .load(&mut *store, instance)?
-            .call_allocations(&mut *store, &context)
-            .await?
-            .map(Answer::Allocations)
-            .map_err(module_error),
-        Question::Pools(context) => present(&module.inspect)
-            .load(&mut *store, instance)?
-            .call_pools(&mut *store, &context)
-            .await?
-            .map(Answer::Pools)
-            .map_err(module_error),
-        Question::Import(import) => present(&module.migrate)
-            .load(&mut *store, instance)?
-            .call_import_state(
-                &mut *store,
-                &import.format,
-                &import.network,
-                import.config.as_deref(),
-                &import.files,
-            )
-            .await?
-            .map(Answer::Imported)
-            .map_err(module_error),
-        Question::ReleaseNode(release) => present(&module.nodes)
-            .load(&mut *store, instance)?
-            .call_release_node(
-                &mut *store,
-                &release.context,
-                &release.node,
-                release.dry_run,
-            )
-            .await?
-            .map(Answer::Released)
-            .map_err(module_error),
-        Question::Capabilities => Ok(Answer::Capabilities(
-            present(&module.capabilities)
-                .load(&mut *store, instance)?
-                .call_functions(&mut *store)
-                .await?,
-        )),
-        Question::Reserve(reserve) => present(&module.reservations)
-            .load(&mut *store, instance)?
-            .call_reserve(
-                &mut *store,
-                &reserve.context,
-                &reserve.cidr,
-                &reserve.note,
-                reserve.force,
-            )
-            .await?
-            .map(Answer::Reservation)
-            .map_err(module_error),
-        Question::Unreserve(context, cidr) => present(&module.reservations)
-            .load(&mut *store, instance)?
-            .call_unreserve(&mut *store, &context, &cidr)
-            .await?
-            .map(Answer::Reservation)
-            .map_err(module_error),
-        Question::Reservations(context) => present(&module.reservations)
-            .load(&mut *store, instance)?
-            .call_all(&mut *store, &context)
-            .await?
-            .map(Answer::Reservations)
-            .map_err(module_error),
-        Question::Usage(context) => match (&module.wide_usage, &module.usage) {
-            (Some(indices), _) => indices
-                .load(&mut *store, instance)?
-                .call_pools(&mut *store, &context)
-                .await?
-                .map(Answer::Usage)
-                .map_err(module_error),
-            (None, Some(indices)) => indices
-                .load(&mut *store, instance)?
-                .call_pools(&mut *store, &context)
-                .await?
-                .map(|rows| Answer::Usage(rows.into_iter().map(widened).collect()))
-                .map_err(module_error),
-            (None, None) => unreachable!("refused above"),
-        },
-    })
-}
-
-/// The indices of an optional export the module has: [`LoadedModule::refusal`] has
-/// refused the question of a module without it.
-fn present<T>(indices: &Option<T>) -> &T {
-    indices
-        .as_ref()
-        .expect("a question of a missing export is refused before")
-}
-
-/// A `usage.pool-usage` row as `wide-usage` has it (its counts saturated at 2^64-1
-/// stay so: a module of 0.2.3 or 0.2.4 cannot say more). `stats` widens `inspect`'s
-/// pools the same way.
-pub fn widened(row: usage::PoolUsage) -> wide_usage::PoolUsage {
-    let count = |n: u64| wide_usage::Count { high: 0, low: n };
-    wide_usage::PoolUsage {
-        kind: row.kind,
-        name: row.name,
-        parent: row.parent,
-        node: row.node,
-        capacity: row.capacity.map(count),
-        in_use: count(row.in_use),
-        excluded: count(row.excluded),
-        cooling_down: count(row.cooling_down),
-        reserved: count(row.reserved),
-        borrowed: count(row.borrowed),
-        free: row.free.map(count),
-        warn_percent: row.warn_percent,
     }
 }

@@ -11,7 +11,7 @@ use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
 use crate::lock;
 use crate::module::bindings::{inspect, nodes, types};
-use crate::module::instance::{Answer, Question};
+use crate::module::question::Question;
 use crate::pipeline::{self, Label, Network, Session};
 use crate::store::{self, IfMissing, Records, ServedBy};
 use std::path::{Path, PathBuf};
@@ -267,13 +267,13 @@ impl NetworkToAsk {
     }
 
     /// Asks the module `work` alone, read-only or committing its writes.
-    pub fn ask(
+    pub fn ask<Q: Question>(
         &self,
         command: &str,
-        work: Question,
+        work: Q,
         writes: pipeline::Writes,
         notes: &mut Vec<Note>,
-    ) -> Result<Answer, CniError> {
+    ) -> Result<Q::Answer, CniError> {
         self.run(command, notes, |session| session.ask(work.clone(), writes))
     }
 }

@@ -30,7 +30,8 @@ use crate::logging;
 use crate::module::bindings::types;
 use crate::module::cache::ModuleCache;
 use crate::module::host::{GuestLine, GuestLog, GuestState, GuestStore};
-use crate::module::instance::{Answer, Call, LoadedModule, ModuleHost, Question};
+use crate::module::instance::{LoadedModule, ModuleHost};
+use crate::module::question::Question;
 use crate::module::trust::Policies;
 use crate::store::{
     self, AttachmentChange, AttachmentRecord, Changes, Quota, ServedBy, Written, silence,
@@ -67,7 +68,8 @@ impl Network {
 }
 
 /// Where a request or context says when the lock was granted, before the grant: the
-/// pipeline stamps every [`Question`] with the grant ([`stamp`]) before the module sees it.
+/// pipeline stamps every [`Question`] with the grant ([`Session::ask`]) before the module
+/// sees it.
 pub const UNTIL_GRANTED: types::WallInstant = types::WallInstant {
     seconds: 0,
     nanoseconds: 0,
@@ -447,7 +449,7 @@ impl Session<'_> {
     /// (a request's `lock-granted-at`, an inspect context's `now`). With
     /// [`Writes::Commit`] its writes are staged for the commit if it answers ok; one
     /// ask per attempt may write.
-    pub fn ask(&mut self, mut work: Question, writes: Writes) -> Result<Answer, CniError> {
+    pub fn ask<Q: Question>(&mut self, mut work: Q, writes: Writes) -> Result<Q::Answer, CniError> {
         if let Some(refusal) = self.loaded.module.refusal(&work) {
             return Err(refusal);
         }
@@ -457,8 +459,8 @@ impl Session<'_> {
                 "a run asked its module to write twice (a bug)",
             ));
         }
-        stamp(&mut work, self.deadline);
-        let attachment = attachment_change(&work);
+        work.stamp(granted_at(self.deadline));
+        let attachment = work.attachment_change();
         let ipam = &self.network.ipam;
         let limits = &ipam.limits;
         let store = self.store.take().expect("the session holds its store");
@@ -569,34 +571,6 @@ impl Session<'_> {
     }
 }
 
-/// What a handler call's commit changes of the host's attachment records.
-fn attachment_change(work: &Question) -> Option<AttachmentChange> {
-    let Question::Handle(request, call) = work else {
-        return None;
-    };
-    match call {
-        Call::Add => Some(AttachmentChange::Added(AttachmentRecord {
-            container_id: request.container_id.clone(),
-            ifname: request.ifname.clone(),
-            node: request.node_name.clone(),
-            netns: request.netns.clone(),
-            added: request.lock_granted_at.seconds,
-        })),
-        Call::Del => Some(AttachmentChange::Removed {
-            container_id: request.container_id.clone(),
-            ifname: request.ifname.clone(),
-        }),
-        Call::Gc(valid) => Some(AttachmentChange::Kept {
-            node: request.node_name.clone(),
-            valid: valid
-                .iter()
-                .map(|a| (a.container_id.clone(), a.ifname.clone()))
-                .collect(),
-        }),
-        Call::Check | Call::Status => None,
-    }
-}
-
 /// The grant as time since the Unix epoch.
 fn since_epoch(deadline: Deadline) -> std::time::Duration {
     deadline
@@ -605,20 +579,11 @@ fn since_epoch(deadline: Deadline) -> std::time::Duration {
         .unwrap_or_default()
 }
 
-/// Tells `work` when the lock was granted: the only time a module sees.
-fn stamp(work: &mut Question, deadline: Deadline) {
+/// When the lock was granted, as a module is told it.
+fn granted_at(deadline: Deadline) -> types::WallInstant {
     let granted = since_epoch(deadline);
-    let at = types::WallInstant {
+    types::WallInstant {
         seconds: granted.as_secs(),
         nanoseconds: granted.subsec_nanos(),
-    };
-    match work {
-        Question::Handle(request, _) => request.lock_granted_at = at,
-        Question::Allocations(context) | Question::Pools(context) => context.now = at,
-        Question::ReleaseNode(release) => release.context.now = at,
-        Question::Reserve(reserve) => reserve.context.now = at,
-        Question::Unreserve(context, _) | Question::Reservations(context) => context.now = at,
-        Question::Usage(context) => context.now = at,
-        Question::Import(_) | Question::Capabilities => {}
     }
 }

@@ -14,7 +14,9 @@ use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::module::bindings::capabilities::Function;
 use crate::module::cache::ModuleCache;
-use crate::module::instance::{Answer, LoadedModule, Question};
+use crate::module::exports::Export;
+use crate::module::instance::LoadedModule;
+use crate::module::question::Capabilities;
 use crate::pipeline::{self, Label, Network, Writes};
 use std::path::Path;
 
@@ -53,12 +55,9 @@ pub fn capabilities(
         &network,
         &Label::operator("inspect"),
         &|| false,
-        |session| session.ask(Question::Capabilities, Writes::ReadOnly),
+        |session| session.ask(Capabilities, Writes::ReadOnly),
     );
-    match ran.result? {
-        Answer::Capabilities(functions) => Ok(functions),
-        _ => unreachable!("asked capabilities"),
-    }
+    ran.result
 }
 
 /// Refuses (code 100) a module that exports `capabilities` and fails to answer it:
@@ -68,7 +67,7 @@ pub fn refuse_unless_it_answers(
     cache: Option<&ModuleCache>,
     limits: &Limits,
 ) -> Result<(), CniError> {
-    if !loaded.exports_capabilities() {
+    if !loaded.exports(Export::Capabilities) {
         return Ok(());
     }
     capabilities(&loaded.path, cache, limits)

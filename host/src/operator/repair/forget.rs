@@ -7,7 +7,7 @@
 //! range); a store that does not exist is an error naming it, and nothing is created.
 
 use crate::error::{CniError, code};
-use crate::module::instance::{Answer, Question};
+use crate::module::question::Allocations;
 use crate::operator::args::{Output, StoreArgs, unknown};
 use crate::operator::ask::{NetworkToAsk, StoreAndLock};
 use crate::pipeline::Writes;
@@ -99,7 +99,7 @@ fn forget_if_empty(
     };
     let asked = NetworkToAsk::new(network, served_by.map_err(cannot_tell)?, place)
         .map_err(|e| cannot_tell(e.to_string()))?;
-    let work = Question::Allocations(asked.context());
+    let work = Allocations(asked.context());
     // Set when the module answered that the network holds allocations: the run's
     // error is then that refusal; and when it answered none: the error is then the
     // removal's own. Any other error means nobody could tell.
@@ -107,26 +107,19 @@ fn forget_if_empty(
     let empty = std::cell::Cell::new(false);
     asked
         .run("forget", &mut Vec::new(), |session| {
-            match session.ask(work.clone(), Writes::ReadOnly)? {
-                Answer::Allocations(list) if list.is_empty() => {
-                    empty.set(true);
-                    session.forget_network()
-                }
-                Answer::Allocations(list) => {
-                    held.set(list.len());
-                    Err(CniError::new(
-                        code::INVALID_NETWORK_CONFIG,
-                        format!(
-                            "still holds {} allocation(s) (wasm-ipam list --network {network}, with this command's --netconf or --data-dir); release them, or pass --force to forget it anyway",
-                            list.len()
-                        ),
-                    ))
-                }
-                _ => Err(CniError::new(
-                    code::INTERNAL_ERROR,
-                    "the module answered something else",
-                )),
+            let list = session.ask(work.clone(), Writes::ReadOnly)?;
+            if list.is_empty() {
+                empty.set(true);
+                return session.forget_network();
             }
+            held.set(list.len());
+            Err(CniError::new(
+                code::INVALID_NETWORK_CONFIG,
+                format!(
+                    "still holds {} allocation(s) (wasm-ipam list --network {network}, with this command's --netconf or --data-dir); release them, or pass --force to forget it anyway",
+                    list.len()
+                ),
+            ))
         })
         .map_err(|e| match (held.get(), empty.get()) {
             (0, false) => cannot_tell(e.to_string()),

@@ -3,7 +3,8 @@
 //! network's module.
 
 use crate::error::{CniError, code};
-use crate::module::instance::{Answer, Call, Question};
+use crate::module::bindings::inspect;
+use crate::module::question::{Allocations, Call, Handle};
 use crate::operator::ask::{NetworkToAsk, Note};
 use crate::operator::repair::runtime::Runtime;
 use crate::operator::view::inventory::{Allocation, checked_allocation};
@@ -125,10 +126,7 @@ pub fn gc(networks: Vec<NetworkToAsk>, options: &Options) -> Result<Outcome, Cni
 }
 
 /// The network's allocations, as its module reports them.
-fn allocations_of(asked: &NetworkToAsk, answer: Answer) -> Vec<Allocation> {
-    let Answer::Allocations(list) = answer else {
-        return Vec::new();
-    };
+fn allocations_of(asked: &NetworkToAsk, list: Vec<inspect::Allocation>) -> Vec<Allocation> {
     list.into_iter()
         .filter_map(|a| checked_allocation(&asked.network, a))
         .collect()
@@ -136,7 +134,7 @@ fn allocations_of(asked: &NetworkToAsk, answer: Answer) -> Vec<Allocation> {
 
 /// What the network holds before the runtime is asked.
 fn holdings(asked: &NetworkToAsk, notes: &mut Vec<Note>) -> Result<Held, CniError> {
-    let work = Question::Allocations(asked.context());
+    let work = Allocations(asked.context());
     let answer = asked.ask("gc", work, Writes::ReadOnly, notes)?;
     Ok(allocations_of(asked, answer)
         .into_iter()
@@ -155,7 +153,7 @@ fn reconcile(
     options: &Options,
     notes: &mut Vec<Note>,
 ) -> Result<(Vec<Leak>, bool), CniError> {
-    let context = Question::Allocations(asked.context());
+    let context = Allocations(asked.context());
     let node = asked.node_name();
     let request = asked.gc_request()?;
     let batch = asked.run_batch("gc", notes, |session| {
@@ -206,7 +204,11 @@ fn reconcile(
                 ifname,
             })
             .collect();
-        session.ask(Question::Handle(request.clone(), Call::Gc(valid)), Writes::Commit)?;
+        let gc = Handle {
+            request: request.clone(),
+            call: Call::Gc(valid),
+        };
+        session.ask(gc, Writes::Commit)?;
         Ok(leaks)
     })?;
     let mut leaks = batch.answer;
@@ -222,7 +224,7 @@ fn confirm_released(
     leaks: &mut [Leak],
     notes: &mut Vec<Note>,
 ) -> Result<(), CniError> {
-    let work = Question::Allocations(asked.context());
+    let work = Allocations(asked.context());
     let left: Held = allocations_of(asked, asked.ask("gc", work, Writes::ReadOnly, notes)?)
         .into_iter()
         .map(|a| (a.container_id, a.ifname, a.address))

@@ -20,7 +20,7 @@
 
 use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
-use crate::module::instance::{Answer, Question, ReleaseNode};
+use crate::module::question::ReleaseNode;
 use crate::operator::args::{Output, StoreArgs};
 use crate::operator::ask::{NetworkToAsk, Note};
 use crate::pipeline::Writes;
@@ -70,11 +70,11 @@ pub fn release_node(
             "node {node} is the node this command runs as (ipam.nodeName, else the hostname): run it on a live node of the cluster"
         )));
     }
-    let work = Question::ReleaseNode(ReleaseNode {
+    let work = ReleaseNode {
         context: asked.nodes_context(),
         node: node.to_string(),
         dry_run: options.dry_run,
-    });
+    };
     let writes = match options.dry_run {
         true => Writes::ReadOnly,
         false => Writes::Commit,
@@ -101,13 +101,7 @@ pub fn release_node(
             {
                 return Err(refused);
             }
-            match session.ask(work.clone(), writes)? {
-                Answer::Released(report) => Ok(Released::Report(report)),
-                _ => Err(CniError::new(
-                    code::INTERNAL_ERROR,
-                    "the module answered release-node with something else (a bug)",
-                )),
-            }
+            session.ask(work.clone(), writes).map(Released::Report)
         });
         let batch = match batch {
             Ok(batch) => batch,

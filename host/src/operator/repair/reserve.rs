@@ -7,9 +7,9 @@
 //! its `reservations` export (cni:ipam@0.2.3), and the host commits its writes like a
 //! call's, through the same locked pipeline. The next ADD on any node reads it.
 
-use crate::error::{CniError, code};
+use crate::error::CniError;
 use crate::module::bindings::reservations;
-use crate::module::instance::{Answer, Question, Reserve};
+use crate::module::question::{Reserve, Unreserve};
 use crate::operator::args::{Output, StoreArgs};
 use crate::operator::ask::{NetworkToAsk, Note};
 use crate::operator::view::inventory::printable;
@@ -53,15 +53,13 @@ pub fn reserve(
             "--note must be one line of at most {MAX_NOTE_BYTES} bytes"
         )));
     }
-    let work = Question::Reserve(Reserve {
+    let work = Reserve {
         context: asked.nodes_context(),
         cidr: net.to_string(),
         note: note.to_string(),
         force,
-    });
-    let reservation = asked.run("reserve", notes, |session| {
-        reservation(session.ask(work.clone(), Writes::Commit)?)
-    })?;
+    };
+    let reservation = asked.ask("reserve", work, Writes::Commit, notes)?;
     tracing::info!(target: "reserve", network = %asked.network, cidr = %net, force, "reserved");
     Ok(reservation)
 }
@@ -72,22 +70,13 @@ pub fn unreserve(
     net: IpNet,
     notes: &mut Vec<Note>,
 ) -> Result<reservations::Reservation, CniError> {
-    let work = Question::Unreserve(asked.nodes_context(), net.to_string());
-    let reservation = asked.run("unreserve", notes, |session| {
-        reservation(session.ask(work.clone(), Writes::Commit)?)
-    })?;
+    let work = Unreserve {
+        context: asked.nodes_context(),
+        cidr: net.to_string(),
+    };
+    let reservation = asked.ask("unreserve", work, Writes::Commit, notes)?;
     tracing::info!(target: "reserve", network = %asked.network, cidr = %net, "unreserved");
     Ok(reservation)
-}
-
-fn reservation(answer: Answer) -> Result<reservations::Reservation, CniError> {
-    match answer {
-        Answer::Reservation(r) => Ok(r),
-        _ => Err(CniError::new(
-            code::INTERNAL_ERROR,
-            "the module answered a reservation with something else (a bug)",
-        )),
-    }
 }
 
 /// Which of the two commands made a [`reservations::Reservation`].

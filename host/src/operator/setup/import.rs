@@ -9,7 +9,7 @@
 use crate::config::{DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
 use crate::error::{CniError, code};
 use crate::module::bindings::{migrate, types};
-use crate::module::instance::{Answer, Import, Question};
+use crate::module::question::Import;
 use crate::operator::args::{LOCK_TIMEOUT_SECONDS, Output};
 use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock};
 use crate::operator::view::inventory::printable;
@@ -47,16 +47,13 @@ pub fn import_host_local(
         Err(e) => return Err(io_error(&host_local_lock, e)),
     };
     let files = state_files(network_dir)?;
-    let work = Question::Import(Import {
+    let work = Import {
         format: "host-local".into(),
         network: asked.network.clone(),
         config: asked.served_by.config.clone(),
         files,
-    });
-    match asked.ask("import-host-local", work, Writes::Commit, notes)? {
-        Answer::Imported(report) => Ok(report),
-        _ => unreachable!("an import answers Imported"),
-    }
+    };
+    asked.ask("import-host-local", work, Writes::Commit, notes)
 }
 
 /// The regular files directly in `dir` (host-local's `lock` included: what is state

@@ -6,7 +6,8 @@
 
 use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
-use crate::module::instance::{Answer, Question, widened};
+use crate::module::exports::Export;
+use crate::module::question::{Allocations, Pools, Question, Reservations, Usage, widened};
 use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock, asked_all};
 use crate::operator::view::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
@@ -233,13 +234,13 @@ pub fn on_node(
 /// Asks each network's module for operator command `command` what `ask` asks it
 /// (read-only, through [`Session::ask`]; `None`: nothing to show); a network whose
 /// module fails is reported in `notes` and the others are still asked.
-fn ask_each(
+fn ask_each<A>(
     place: &StoreAndLock,
     command: &str,
     networks: Records,
-    ask: impl Fn(&NetworkToAsk, &mut Session) -> Result<Option<Answer>, CniError>,
+    ask: impl Fn(&NetworkToAsk, &mut Session) -> Result<Option<A>, CniError>,
     notes: &mut Vec<Note>,
-) -> Vec<(String, Answer)> {
+) -> Vec<(String, A)> {
     let (asked, unusable) = asked_all(place, networks);
     notes.extend(unusable);
     let mut answers = Vec::new();
@@ -254,7 +255,7 @@ fn ask_each(
 }
 
 /// `work`, read-only.
-fn read(session: &mut Session, work: Question) -> Result<Option<Answer>, CniError> {
+fn read<Q: Question>(session: &mut Session, work: Q) -> Result<Option<Q::Answer>, CniError> {
     session.ask(work, Writes::ReadOnly).map(Some)
 }
 
@@ -265,16 +266,13 @@ pub fn allocations(
     notes: &mut Vec<Note>,
 ) -> Vec<Allocation> {
     let mut out = Vec::new();
-    for (network, answer) in ask_each(
+    for (network, list) in ask_each(
         place,
         "list",
         networks,
-        |a, session| read(session, Question::Allocations(a.context())),
+        |a, session| read(session, Allocations(a.context())),
         notes,
     ) {
-        let Answer::Allocations(list) = answer else {
-            continue;
-        };
         let mut skipped = 0;
         let mut these: Vec<Allocation> = list
             .into_iter()
@@ -306,10 +304,10 @@ pub fn reservations(
         "list",
         networks,
         |a, session| {
-            if !session.module().exports_reservations() {
+            if !session.module().exports(Export::Reservations) {
                 return Ok(None);
             }
-            match read(session, Question::Reservations(a.nodes_context())) {
+            match read(session, Reservations(a.nodes_context())) {
                 // A module that keeps no reservations has none to show.
                 Err(e) if e.code == crate::error::code::NOT_IMPLEMENTED => Ok(None),
                 answer => answer,
@@ -318,14 +316,12 @@ pub fn reservations(
         notes,
     );
     let mut out = Vec::new();
-    for (network, answer) in answers {
-        if let Answer::Reservations(list) = answer {
-            out.extend(
-                list.into_iter()
-                    .take(MAX_ROWS)
-                    .map(|r| checked_reservation(&network, r)),
-            );
-        }
+    for (network, list) in answers {
+        out.extend(
+            list.into_iter()
+                .take(MAX_ROWS)
+                .map(|r| checked_reservation(&network, r)),
+        );
     }
     out
 }
@@ -341,21 +337,17 @@ pub fn network_stats(
         place,
         "stats",
         networks,
-        |a, session| match session.module().exports_usage() {
-            true => read(session, Question::Usage(a.context())),
-            false => read(session, Question::Pools(a.context())),
+        |a, session| match session.module().exports(Export::Usage) {
+            true => read(session, Usage(a.context())),
+            // A module older than `usage` (0.2.3): its `inspect` pools, as pool rows.
+            false => read(session, Pools(a.context())).map(|pools| {
+                pools.map(|pools| pools.into_iter().map(pool_row).map(widened).collect())
+            }),
         },
         notes,
     )
     .into_iter()
-    .filter_map(|(network, answer)| match answer {
-        Answer::Usage(rows) => Some(totals(&network, rows)),
-        Answer::Pools(pools) => Some(totals(
-            &network,
-            pools.into_iter().map(pool_row).map(widened).collect(),
-        )),
-        _ => None,
-    })
+    .map(|(network, rows)| totals(&network, rows))
     .collect()
 }
 
