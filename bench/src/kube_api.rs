@@ -156,6 +156,25 @@ fn subject(common_name: &str, organizations: &[&str]) -> String {
     subject
 }
 
+/// Starts the supervisor (`SUPERVISOR`) over `dir`, logging to its
+/// `supervisor.log`, its stdin and stdout piped for commands and answers.
+fn spawn_supervisor(dir: &Path) -> io::Result<Child> {
+    std::fs::File::create(dir.join("supervisor.log")).and_then(|log| {
+        Command::new("bash")
+            .arg("-c")
+            .arg(SUPERVISOR)
+            .arg("kube-api-supervisor")
+            .arg(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            // Its own process group, so a Ctrl-C for the driver (which signals its
+            // group) does not reach it: it outlives the driver to clean up.
+            .process_group(0)
+            .spawn()
+    })
+}
+
 /// One kube-apiserver and its etcd on loopback, with the certificates and kubeconfigs
 /// to speak to it as the admin or as a node.
 pub struct KubeApi {
@@ -211,21 +230,7 @@ impl KubeApi {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir_all(dir.join("pki"))?;
-        let spawned = std::fs::File::create(dir.join("supervisor.log")).and_then(|log| {
-            Command::new("bash")
-                .arg("-c")
-                .arg(SUPERVISOR)
-                .arg("kube-api-supervisor")
-                .arg(&dir)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(log)
-                // Its own process group, so a Ctrl-C for the driver (which signals its
-                // group) does not reach it: it outlives the driver to clean up.
-                .process_group(0)
-                .spawn()
-        });
-        let mut supervisor = match spawned {
+        let mut supervisor = match spawn_supervisor(&dir) {
             Ok(child) => child,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
@@ -256,13 +261,25 @@ impl KubeApi {
                 "client-key": pki.join("admin.key"),
             }),
         )?;
+        let client_url = api.start_etcd(client, peer)?;
+        api.start_apiserver(&client_url, audit)?;
+        eprintln!(
+            "  kube-apiserver on {} ready in {:.1} s",
+            api.url(),
+            started.elapsed().as_secs_f64()
+        );
+        Ok(api)
+    }
 
+    /// Starts etcd on loopback ports `client` and `peer`, with its data in the dir,
+    /// and waits until it answers; its client URL.
+    fn start_etcd(&mut self, client: u16, peer: u16) -> io::Result<String> {
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let etcd_args: Vec<OsString> = vec![
-            peers.join("etcd").into(),
+            self.peers.join("etcd").into(),
             "--name=kube-api".into(),
-            flag("--data-dir=", api.dir.join("etcd")),
+            flag("--data-dir=", self.dir.join("etcd")),
             format!("--listen-client-urls={client_url}").into(),
             format!("--advertise-client-urls={client_url}").into(),
             format!("--listen-peer-urls={peer_url}").into(),
@@ -270,14 +287,20 @@ impl KubeApi {
             format!("--initial-cluster=kube-api={peer_url}").into(),
             "--log-level=warn".into(),
         ];
-        api.etcd = api.run("etcd", &etcd_args)?;
-        api.wait_etcd(client)?;
+        self.etcd = self.run("etcd", &etcd_args)?;
+        self.wait_etcd(client)?;
+        Ok(client_url)
+    }
 
+    /// Starts the apiserver on etcd at `client_url`, with the certificates of the
+    /// dir's `pki/` and, when `audit`, its audit log; waits until it is ready.
+    fn start_apiserver(&mut self, client_url: &str, audit: bool) -> io::Result<()> {
+        let pki = self.dir.join("pki");
         let path = |name: &str| pki.join(name);
         let mut apiserver_args: Vec<OsString> = vec![
-            peers.join("kube-apiserver").into(),
+            self.peers.join("kube-apiserver").into(),
             "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={}", api.port).into(),
+            format!("--secure-port={}", self.port).into(),
             format!("--etcd-servers={client_url}").into(),
             flag("--tls-cert-file=", path("apiserver.crt")),
             flag("--tls-private-key-file=", path("apiserver.key")),
@@ -296,24 +319,18 @@ impl KubeApi {
             flag("--cert-dir=", &pki),
         ];
         if audit {
-            std::fs::write(api.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+            std::fs::write(self.dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
             apiserver_args.extend([
-                flag("--audit-policy-file=", api.dir.join("audit-policy.yaml")),
-                flag("--audit-log-path=", api.audit_log()),
+                flag("--audit-policy-file=", self.dir.join("audit-policy.yaml")),
+                flag("--audit-log-path=", self.audit_log()),
                 // Each event written before the request's handler returns, so a
                 // call's requests are all in the file once the call has exited.
                 "--audit-log-mode=blocking".into(),
                 "--audit-log-maxsize=0".into(),
             ]);
         }
-        api.apiserver = api.run("kube-apiserver", &apiserver_args)?;
-        api.wait_ready()?;
-        eprintln!(
-            "  kube-apiserver on {} ready in {:.1} s",
-            api.url(),
-            started.elapsed().as_secs_f64()
-        );
-        Ok(api)
+        self.apiserver = self.run("kube-apiserver", &apiserver_args)?;
+        self.wait_ready()
     }
 
     /// The CA, the apiserver's serving certificate (for 127.0.0.1 and localhost), the

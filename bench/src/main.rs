@@ -112,52 +112,66 @@ fn parse(argv: &[String]) -> Result<Args, String> {
     if !SCENARIOS.contains(&scenario.as_str()) && scenario != "all" {
         return Err(format!("unknown scenario {scenario:?}"));
     }
-    let mut args = Args {
-        scenario,
-        out: workspace().join("BENCHMARKS.md"),
-        paths: Paths::defaults(),
-        latency: latency::Options {
-            cycles: 200,
-            cold_calls: 10,
-        },
-        herd: herd::Options {
-            sizes: vec![200, 1000],
-            repeats: 3,
-        },
-        etcd_herd: etcd_herd::Options {
-            size: 300,
-            repeats: 2,
-        },
-        etcd_churn: etcd_churn::Options {
-            nodes: 10,
-            pods: 100,
-        },
-        kube_store: kube_store::Options { cycles: 100 },
-        kube_node: kube_node::Options { pods: 100 },
-        kube_del_herd: kube_del_herd::Options { pods: 200 },
-        whereabouts: whereabouts::Options {
-            cycles: 100,
-            herd: 200,
-        },
-        ordering: ordering::Options {
-            sizes: vec![100, 500],
-        },
-        churn: churn::Options {
-            seconds: 30.0,
-            interval_ms: 15.0,
-            spin_ms: 20,
-        },
-        engines: engines::Options { cycles: 200 },
-        languages: languages::Options { cycles: 100 },
-        store_open: store_open::Options {
-            opens: 100,
-            folds: 5,
-        },
-        busy: busy::Options { cycles: 100 },
-        stats_log: stats_log::Options { runs: 5 },
-    };
+    let mut args = Args::defaults(scenario);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        args.set(flag, value)?;
+    }
+    Ok(args)
+}
+
+impl Args {
+    /// Every option's default (as USAGE lists them), for `scenario`.
+    fn defaults(scenario: String) -> Args {
+        Args {
+            scenario,
+            out: workspace().join("BENCHMARKS.md"),
+            paths: Paths::defaults(),
+            latency: latency::Options {
+                cycles: 200,
+                cold_calls: 10,
+            },
+            herd: herd::Options {
+                sizes: vec![200, 1000],
+                repeats: 3,
+            },
+            etcd_herd: etcd_herd::Options {
+                size: 300,
+                repeats: 2,
+            },
+            etcd_churn: etcd_churn::Options {
+                nodes: 10,
+                pods: 100,
+            },
+            kube_store: kube_store::Options { cycles: 100 },
+            kube_node: kube_node::Options { pods: 100 },
+            kube_del_herd: kube_del_herd::Options { pods: 200 },
+            whereabouts: whereabouts::Options {
+                cycles: 100,
+                herd: 200,
+            },
+            ordering: ordering::Options {
+                sizes: vec![100, 500],
+            },
+            churn: churn::Options {
+                seconds: 30.0,
+                interval_ms: 15.0,
+                spin_ms: 20,
+            },
+            engines: engines::Options { cycles: 200 },
+            languages: languages::Options { cycles: 100 },
+            store_open: store_open::Options {
+                opens: 100,
+                folds: 5,
+            },
+            busy: busy::Options { cycles: 100 },
+            stats_log: stats_log::Options { runs: 5 },
+        }
+    }
+
+    /// Sets option `flag` to `value`; an unknown option, or a value that is not what
+    /// it takes, is refused.
+    fn set(&mut self, flag: &str, value: &str) -> Result<(), String> {
         let num = |v: &str| {
             v.parse::<f64>()
                 .map_err(|_| format!("{flag}: not a number"))
@@ -167,42 +181,42 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                 .map_err(|_| format!("{flag}: not a count"))
         };
         let counts = |v: &str| v.split(',').map(count).collect::<Result<Vec<_>, _>>();
-        match flag.as_str() {
-            "--out" => args.out = value.into(),
-            "--wasm-ipam" => args.paths.wasm_ipam = value.into(),
-            "--host-local-module" => args.paths.host_local_module = value.into(),
-            "--probe-module" => args.paths.probe_module = value.into(),
-            "--host-local" => args.paths.host_local = value.into(),
-            "--static-go-module" => args.paths.static_go_module = value.into(),
-            "--static-py-module" => args.paths.static_py_module = value.into(),
-            "--language-cycles" => args.languages.cycles = count(value)?,
-            "--cycles" => args.latency.cycles = count(value)?,
-            "--cold-calls" => args.latency.cold_calls = count(value)?,
-            "--herd-sizes" => args.herd.sizes = counts(value)?,
-            "--herd-repeats" => args.herd.repeats = count(value)?,
-            "--etcd-herd-size" => args.etcd_herd.size = count(value)?,
-            "--etcd-herd-repeats" => args.etcd_herd.repeats = count(value)?,
-            "--etcd-churn-nodes" => args.etcd_churn.nodes = count(value)?,
-            "--etcd-churn-pods" => args.etcd_churn.pods = count(value)?,
-            "--kube-store-cycles" => args.kube_store.cycles = count(value)?,
-            "--kube-pods" => args.kube_node.pods = count(value)?,
-            "--kube-herd-pods" => args.kube_del_herd.pods = count(value)?,
-            "--whereabouts-cycles" => args.whereabouts.cycles = count(value)?,
-            "--whereabouts-herd" => args.whereabouts.herd = count(value)?,
-            "--cluster-pool-module" => args.paths.cluster_pool_module = value.into(),
-            "--ordering-sizes" => args.ordering.sizes = counts(value)?,
-            "--seconds" => args.churn.seconds = num(value)?,
-            "--interval-ms" => args.churn.interval_ms = num(value)?,
-            "--spin-ms" => args.churn.spin_ms = count(value)? as u64,
-            "--engine-cycles" => args.engines.cycles = count(value)?,
-            "--store-opens" => args.store_open.opens = count(value)?,
-            "--store-folds" => args.store_open.folds = count(value)?,
-            "--busy-cycles" => args.busy.cycles = count(value)?,
-            "--stats-runs" => args.stats_log.runs = count(value)?,
+        match flag {
+            "--out" => self.out = value.into(),
+            "--wasm-ipam" => self.paths.wasm_ipam = value.into(),
+            "--host-local-module" => self.paths.host_local_module = value.into(),
+            "--probe-module" => self.paths.probe_module = value.into(),
+            "--host-local" => self.paths.host_local = value.into(),
+            "--static-go-module" => self.paths.static_go_module = value.into(),
+            "--static-py-module" => self.paths.static_py_module = value.into(),
+            "--language-cycles" => self.languages.cycles = count(value)?,
+            "--cycles" => self.latency.cycles = count(value)?,
+            "--cold-calls" => self.latency.cold_calls = count(value)?,
+            "--herd-sizes" => self.herd.sizes = counts(value)?,
+            "--herd-repeats" => self.herd.repeats = count(value)?,
+            "--etcd-herd-size" => self.etcd_herd.size = count(value)?,
+            "--etcd-herd-repeats" => self.etcd_herd.repeats = count(value)?,
+            "--etcd-churn-nodes" => self.etcd_churn.nodes = count(value)?,
+            "--etcd-churn-pods" => self.etcd_churn.pods = count(value)?,
+            "--kube-store-cycles" => self.kube_store.cycles = count(value)?,
+            "--kube-pods" => self.kube_node.pods = count(value)?,
+            "--kube-herd-pods" => self.kube_del_herd.pods = count(value)?,
+            "--whereabouts-cycles" => self.whereabouts.cycles = count(value)?,
+            "--whereabouts-herd" => self.whereabouts.herd = count(value)?,
+            "--cluster-pool-module" => self.paths.cluster_pool_module = value.into(),
+            "--ordering-sizes" => self.ordering.sizes = counts(value)?,
+            "--seconds" => self.churn.seconds = num(value)?,
+            "--interval-ms" => self.churn.interval_ms = num(value)?,
+            "--spin-ms" => self.churn.spin_ms = count(value)? as u64,
+            "--engine-cycles" => self.engines.cycles = count(value)?,
+            "--store-opens" => self.store_open.opens = count(value)?,
+            "--store-folds" => self.store_open.folds = count(value)?,
+            "--busy-cycles" => self.busy.cycles = count(value)?,
+            "--stats-runs" => self.stats_log.runs = count(value)?,
             _ => return Err(format!("unknown option {flag}")),
         }
+        Ok(())
     }
-    Ok(args)
 }
 
 /// Runs one scenario by name, logging progress on stderr.

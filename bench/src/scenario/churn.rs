@@ -112,6 +112,53 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     };
     eprintln!("  churn: bare flock model");
     let bare = run_arm(&bare_peer, &bare_node.log_file(), opts)?;
+    Ok(section(opts, &arm, &bare))
+}
+
+/// The section: wasm-ipam's lock (`arm`) and the bare flock's (`bare`) under the
+/// same arrivals, each against a FIFO lock's simulation, and the verdict.
+fn section(opts: &Options, arm: &Arm, bare: &Arm) -> Section {
+    let (lock, count, failures) = (&arm.lock, arm.count, arm.failures);
+    let worst = lock.waits.max() / lock.fifo_spawn.max();
+    let unfair = worst > FAIRNESS_LIMIT;
+    let mut body = setup_text(opts, arm);
+    body += &waits_table(arm, bare);
+    body += &format!(
+        "\nThe bare-flock rows send the same arrivals through `postfix_del`, a model DEL \
+         that takes a plain flock(2) on the same kind of lock file with the same work under \
+         it (hold p50 {}); {} of {} failed. Its worst wait is {} its own FIFO simulation's \
+         (wasm-ipam's: {}).\n",
+        ms(bare.lock.holds.median()),
+        bare.failures,
+        bare.count,
+        ratio(bare.lock.waits.max(), bare.lock.fifo_spawn.max()),
+        ratio(lock.waits.max(), lock.fifo_spawn.max()),
+    );
+    body += &verdict_text(opts, lock, worst, unfair);
+    Section {
+        title: "Sustained churn: the lock vs FIFO".into(),
+        body,
+        targets: vec![Target {
+            name: "churn: worst lock wait vs FIFO's".into(),
+            goal: format!("≤ {FAIRNESS_LIMIT}× (else build a FIFO queue lock)"),
+            measured: format!(
+                "{worst:.2}× ({} vs {}); {failures} of {count} calls failed",
+                ms(lock.waits.max()),
+                ms(lock.fifo_spawn.max())
+            ),
+            pass: !unfair && failures == 0,
+            miss: if unfair {
+                format!("{:.2}× over the limit", worst / FAIRNESS_LIMIT)
+            } else {
+                format!("{failures} calls failed")
+            },
+        }],
+    }
+}
+
+/// How the churn ran (the arrivals, the load they offered, what `arm` measured of
+/// them) and what the FIFO rows simulate.
+fn setup_text(opts: &Options, arm: &Arm) -> String {
     let (lock, count, failures, peak_running, spread) = (
         &arm.lock,
         arm.count,
@@ -119,10 +166,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         arm.peak_running,
         arm.spread,
     );
-    let worst = lock.waits.max() / lock.fifo_spawn.max();
-    let unfair = worst > FAIRNESS_LIMIT;
-
-    let mut body = format!(
+    format!(
         "wasm-ipam DELs running the probe module (`spinMs: {}`) arrive every {} ms \
          (achieved: every {:.2} ms on average) for {} s: {count} calls, each holding the \
          lock for {} (p50), so the offered load is {:.2}× what the lock can serve and a \
@@ -146,7 +190,13 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         ms(arm.wall),
         lock.logged,
         ms(lock.handover.median()),
-    );
+    )
+}
+
+/// The lock waits of wasm-ipam (`arm`) and of the bare flock (`bare`), each beside
+/// the FIFO simulations of the same calls.
+fn waits_table(arm: &Arm, bare: &Arm) -> String {
+    let lock = &arm.lock;
     let row = |name: &str, measured: &Samples, s: &Samples| {
         vec![
             name.to_string(),
@@ -156,7 +206,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             ratio(measured.max(), s.max()),
         ]
     };
-    body += &table(
+    table(
         &[
             "lock",
             "wait p50",
@@ -192,19 +242,13 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
                 &bare.lock.fifo_spawn,
             ),
         ],
-    );
-    body += &format!(
-        "\nThe bare-flock rows send the same arrivals through `postfix_del`, a model DEL \
-         that takes a plain flock(2) on the same kind of lock file with the same work under \
-         it (hold p50 {}); {} of {} failed. Its worst wait is {} its own FIFO simulation's \
-         (wasm-ipam's: {}).\n",
-        ms(bare.lock.holds.median()),
-        bare.failures,
-        bare.count,
-        ratio(bare.lock.waits.max(), bare.lock.fifo_spawn.max()),
-        ratio(lock.waits.max(), lock.fifo_spawn.max()),
-    );
-    body += &format!(
+    )
+}
+
+/// Whether the worst measured wait (`worst`× FIFO's) warrants a FIFO queue lock,
+/// and how to run this scenario alone.
+fn verdict_text(opts: &Options, lock: &super::LockFigures, worst: f64, unfair: bool) -> String {
+    format!(
         "\n**Verdict:** the worst measured wait is {worst:.2}× the worst FIFO wait (arrivals \
          at spawn), {} {FAIRNESS_LIMIT}×{}. Against arrivals at the lock request it is \
          {}, and {} when the FIFO lock is charged the measured handover gap.\n\nRe-run this \
@@ -224,24 +268,5 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         opts.seconds,
         opts.interval_ms,
         opts.spin_ms,
-    );
-    Ok(Section {
-        title: "Sustained churn: the lock vs FIFO".into(),
-        body,
-        targets: vec![Target {
-            name: "churn: worst lock wait vs FIFO's".into(),
-            goal: format!("≤ {FAIRNESS_LIMIT}× (else build a FIFO queue lock)"),
-            measured: format!(
-                "{worst:.2}× ({} vs {}); {failures} of {count} calls failed",
-                ms(lock.waits.max()),
-                ms(lock.fifo_spawn.max())
-            ),
-            pass: !unfair && failures == 0,
-            miss: if unfair {
-                format!("{:.2}× over the limit", worst / FAIRNESS_LIMIT)
-            } else {
-                format!("{failures} calls failed")
-            },
-        }],
-    })
+    )
 }

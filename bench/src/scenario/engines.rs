@@ -173,17 +173,7 @@ fn median_max(values: &[f64]) -> String {
 }
 
 pub fn run(opts: &Options) -> io::Result<Section> {
-    let here = std::env::current_exe()?
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let store_call = here.join("store_call");
-    if !store_call.exists() {
-        return Err(io::Error::other(format!(
-            "{} does not exist (cargo build --release --manifest-path bench/Cargo.toml)",
-            store_call.display()
-        )));
-    }
+    let store_call = store_call_binary()?;
     let mut engines = ENGINES
         .iter()
         .map(|name| Engine::new(name))
@@ -207,7 +197,62 @@ pub fn run(opts: &Options) -> io::Result<Section> {
             }
         }
     }
+    let body = format!(
+        "The store work of one CNI call and nothing else (no module, no lock), as a \
+         process that opens the store, does it and exits, since every CNI call is its \
+         own process: an ADD reads the network's usage and its `last` key, then commits \
+         three puts (`ip/<addr>`, `meta/<addr>`, `last`) and the usage; a DEL reads, then \
+         commits two deletes and the usage. `redb` is v0.1's store (redb 4, 4 MiB cache, \
+         one write transaction with its default, immediate durability); `sqlite` is the \
+         host's own store (`wasm_ipam::store`) with its per-call tuning (WAL, `synchronous=NORMAL` \
+         with one sync per commit after it, exclusive locking, no checkpoint on close, \
+         the log folded past {fold_kib} KiB). Both \
+         ran on this machine in this run, each on a fresh store in {fs}, after \
+         {WARM_CYCLES} unmeasured cycles each, then {cycles} ADD+DEL cycles per engine \
+         alternating engines cycle by cycle; times are spawn to exit, medians (ADD+DEL \
+         is the median of each cycle's sum). {sync_note}\n\n{table}",
+        fs = temp_fs(),
+        fold_kib = wasm_ipam::store::sqlite::CHECKPOINT_BYTES >> 10,
+        cycles = opts.cycles,
+        sync_note = sync_note(traced),
+        table = table(
+            &[
+                "engine",
+                "ADD p50",
+                "DEL p50",
+                "ADD+DEL p50",
+                "syncs per ADD (median, max)",
+                "syncs per DEL (median, max)",
+            ],
+            &rows(&engines),
+        ),
+    );
+    Ok(Section {
+        title: "Store engine: redb vs SQLite".into(),
+        body,
+        targets: vec![],
+    })
+}
 
+/// `store_call`, built beside this binary; refused, saying how to build it, when
+/// it is not there.
+fn store_call_binary() -> io::Result<PathBuf> {
+    let here = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let store_call = here.join("store_call");
+    if !store_call.exists() {
+        return Err(io::Error::other(format!(
+            "{} does not exist (cargo build --release --manifest-path bench/Cargo.toml)",
+            store_call.display()
+        )));
+    }
+    Ok(store_call)
+}
+
+/// Each engine's row, then SQLite's figures to redb's.
+fn rows(engines: &[Engine]) -> Vec<Vec<String>> {
     let p50 = |v: &[f64]| Samples::new(v.to_vec()).median();
     let mut rows: Vec<Vec<String>> = engines
         .iter()
@@ -231,7 +276,12 @@ pub fn run(opts: &Options) -> io::Result<Section> {
         "—".into(),
         "—".into(),
     ]);
-    let sync_note = if traced {
+    rows
+}
+
+/// How the syncs were counted (`traced`: under strace), or that they were not.
+fn sync_note(traced: bool) -> String {
+    if traced {
         format!(
             "Syncs are the `fsync`/`fdatasync` calls of {TRACED_CALLS} further ADDs and \
              {TRACED_CALLS} further DELs per engine under `strace -f`, after the timed \
@@ -242,41 +292,7 @@ pub fn run(opts: &Options) -> io::Result<Section> {
         )
     } else {
         "Syncs were not counted: /usr/bin/strace is not installed.".into()
-    };
-    let body = format!(
-        "The store work of one CNI call and nothing else (no module, no lock), as a \
-         process that opens the store, does it and exits, since every CNI call is its \
-         own process: an ADD reads the network's usage and its `last` key, then commits \
-         three puts (`ip/<addr>`, `meta/<addr>`, `last`) and the usage; a DEL reads, then \
-         commits two deletes and the usage. `redb` is v0.1's store (redb 4, 4 MiB cache, \
-         one write transaction with its default, immediate durability); `sqlite` is the \
-         host's own store (`wasm_ipam::store`) with its per-call tuning (WAL, `synchronous=NORMAL` \
-         with one sync per commit after it, exclusive locking, no checkpoint on close, \
-         the log folded past {fold_kib} KiB). Both \
-         ran on this machine in this run, each on a fresh store in {fs}, after \
-         {WARM_CYCLES} unmeasured cycles each, then {cycles} ADD+DEL cycles per engine \
-         alternating engines cycle by cycle; times are spawn to exit, medians (ADD+DEL \
-         is the median of each cycle's sum). {sync_note}\n\n{table}",
-        fs = temp_fs(),
-        fold_kib = wasm_ipam::store::sqlite::CHECKPOINT_BYTES >> 10,
-        cycles = opts.cycles,
-        table = table(
-            &[
-                "engine",
-                "ADD p50",
-                "DEL p50",
-                "ADD+DEL p50",
-                "syncs per ADD (median, max)",
-                "syncs per DEL (median, max)",
-            ],
-            &rows,
-        ),
-    );
-    Ok(Section {
-        title: "Store engine: redb vs SQLite".into(),
-        body,
-        targets: vec![],
-    })
+    }
 }
 
 #[cfg(test)]

@@ -418,13 +418,118 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         &paths.cluster_pool_module,
         ipam(&etcd, "/bench-churn-warm/", "warm"),
     )?;
-    let mut runs: Vec<NodeRun> = (0..opts.nodes)
+    let mut runs = node_runs(paths, opts, &etcd, cache.path())?;
+    let calls = schedule(opts.pods, ALIVE);
+    eprintln!(
+        "  etcd churn: {} nodes × {} pods on {MEMBERS} etcd members, frozen for {} s halfway",
+        opts.nodes,
+        opts.pods,
+        OUTAGE.as_secs()
+    );
+    let (mut records, window) = churn(&mut runs, &calls, &etcd)?;
+    let wall = wall_ms(&records.iter().map(|r| r.done).collect::<Vec<_>>());
+    let churned = records.len();
+    // What failed: outside the outage (none may), and in it (each within the bound,
+    // with a second for the process and the lock queue's turn of the other call).
+    let (failed_outside, failed_in) = failures_by_outage(&records, &window);
+    let slowest_failed = failed_in.iter().copied().fold(0.0, f64::max);
+    let bound_ms = (IN_FLIGHT as f64 * STORE_TIMEOUT.as_secs_f64() + 1.0) * 1000.0;
+    retry_failed_dels(&runs, &mut records)?;
+    let (wrong_pool, mut holdings) = addresses_held(&runs, &records)?;
+    let distinct = holdings
+        .iter()
+        .map(|h| h.0.as_str())
+        .collect::<HashSet<_>>()
+        .len();
+    let twice = held_twice(&mut holdings);
+    let left = attachments_left(&paths.wasm_ipam, &runs[0].node, &runs[0].peer.netconf)?;
+    let retried = records.len() - churned;
+    let failed_retries = records[churned..]
+        .iter()
+        .filter(|r| !r.done.success)
+        .count();
+    let lines: Vec<Invocation> = runs
+        .iter()
+        .flat_map(|r| invocations::read(&r.node.log_file()))
+        .collect();
+
+    let mut body = setup_text(opts, wall, churned);
+    body += &calls_table(&records, &lines);
+    let checks = format!(
+        "{failed_outside} calls failed outside the outage, {} in it (the slowest answered \
+         in {:.1} s); {retried} failed DELs sent again, {failed_retries} of those failed; \
+         {wrong_pool} ADD results outside their namespace's pool; {distinct} distinct \
+         addresses handed out, {twice} held by two pods at once; {left} attachments \
+         listed after the last DEL",
+        failed_in.len(),
+        slowest_failed / 1000.0
+    );
+    body += &format!(
+        "\nChecked after the churn: {checks}. An address counts as held from its ADD's \
+         return to its DEL's start; the attachments are what `wasm-ipam list --json` \
+         shows on the store.\n"
+    );
+    let pass = failed_outside == 0
+        && slowest_failed <= bound_ms
+        && failed_retries == 0
+        && wrong_pool == 0
+        && twice == 0
+        && left == 0;
+    Ok(Section {
+        title: format!(
+            "Pod churn on a {MEMBERS}-member etcd: {} nodes × {} pods",
+            opts.nodes, opts.pods
+        ),
+        body,
+        targets: vec![target(bound_ms, checks, pass)],
+    })
+}
+
+/// The calls that failed outside the outage `window` (how many), and those in it
+/// (each one's time, ms).
+fn failures_by_outage(records: &[Record], window: &Window) -> (usize, Vec<f64>) {
+    let failed_outside = records
+        .iter()
+        .filter(|r| !r.done.success && !window.overlaps(&r.done))
+        .count();
+    let failed_in: Vec<f64> = records
+        .iter()
+        .filter(|r| !r.done.success && window.overlaps(&r.done))
+        .map(|r| r.done.ms())
+        .collect();
+    (failed_outside, failed_in)
+}
+
+/// The ADDs' and the DELs' figures: calls, failures, wall latency, and the
+/// datastore's figures from the log `lines`.
+fn calls_table(records: &[Record], lines: &[Invocation]) -> String {
+    table(
+        &[
+            "call",
+            "calls",
+            "failed",
+            "wall p50 / p99",
+            "etcd requests p50 / mean",
+            "etcd time p50 / p99",
+            "conflicts / retries (all calls)",
+        ],
+        &[
+            row(CniCommand::Add, records, lines),
+            row(CniCommand::Del, records, lines),
+        ],
+    )
+}
+
+/// Each of `opts.nodes` nodes, its netconf naming `etcd` and the module cache at
+/// `cache`, at the start of its schedule.
+fn node_runs(paths: &Paths, opts: &Options, etcd: &Etcd, cache: &Path) -> io::Result<Vec<NodeRun>> {
+    (0..opts.nodes)
         .map(|n| {
             let node = Node::new("etcd-churn")?;
             let netconf = node.wasm_ipam_netconf(
                 &paths.cluster_pool_module,
-                cache.path(),
-                ipam(&etcd, "/bench-churn/", &format!("churn-node-{n}")),
+                cache,
+                ipam(etcd, "/bench-churn/", &format!("churn-node-{n}")),
             );
             let peer = Peer {
                 name: "wasm-ipam",
@@ -440,33 +545,16 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
                 added: vec![false; opts.pods],
             })
         })
-        .collect::<io::Result<_>>()?;
-    let calls = schedule(opts.pods, ALIVE);
-    eprintln!(
-        "  etcd churn: {} nodes × {} pods on {MEMBERS} etcd members, frozen for {} s halfway",
-        opts.nodes,
-        opts.pods,
-        OUTAGE.as_secs()
-    );
-    let (mut records, window) = churn(&mut runs, &calls, &etcd)?;
-    let wall = wall_ms(&records.iter().map(|r| r.done).collect::<Vec<_>>());
-    let churned = records.len();
-    // What failed: outside the outage (none may), and in it (each within the bound,
-    // with a second for the process and the lock queue's turn of the other call).
-    let failed_outside = records
-        .iter()
-        .filter(|r| !r.done.success && !window.overlaps(&r.done))
-        .count();
-    let failed_in: Vec<f64> = records
-        .iter()
-        .filter(|r| !r.done.success && window.overlaps(&r.done))
-        .map(|r| r.done.ms())
-        .collect();
-    let slowest_failed = failed_in.iter().copied().fold(0.0, f64::max);
-    let bound_ms = (IN_FLIGHT as f64 * STORE_TIMEOUT.as_secs_f64() + 1.0) * 1000.0;
-    retry_failed_dels(&runs, &mut records)?;
+        .collect()
+}
 
-    // Each pod's ADD and DEL, for its addresses and when it held them.
+/// An address a pod held: from its ADD's return to its DEL's start.
+type Holding = (String, Instant, Instant);
+
+/// Each pod's ADD and DEL, for its addresses and when it held them: the ADD results
+/// not one address per family of their namespace's pool, each inside it; and each
+/// address with the ADD's return and the DEL's start.
+fn addresses_held(runs: &[NodeRun], records: &[Record]) -> io::Result<(usize, Vec<Holding>)> {
     let mut wrong_pool = 0;
     let mut holdings = Vec::new();
     for add in records
@@ -499,24 +587,12 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
                 .map(|a| (a, add.done.ended, del.done.spawned)),
         );
     }
-    let distinct = holdings
-        .iter()
-        .map(|h| h.0.as_str())
-        .collect::<HashSet<_>>()
-        .len();
-    let twice = held_twice(&mut holdings);
-    let left = attachments_left(&paths.wasm_ipam, &runs[0].node, &runs[0].peer.netconf)?;
-    let retried = records.len() - churned;
-    let failed_retries = records[churned..]
-        .iter()
-        .filter(|r| !r.done.success)
-        .count();
-    let lines: Vec<Invocation> = runs
-        .iter()
-        .flat_map(|r| invocations::read(&r.node.log_file()))
-        .collect();
+    Ok((wrong_pool, holdings))
+}
 
-    let mut body = format!(
+/// How the churn was set up and run: `wall` ms for the `churned` calls.
+fn setup_text(opts: &Options, wall: f64, churned: usize) -> String {
+    format!(
         "{nodes} simulated nodes (each its own lock, data dir, log and `nodeName`) share a \
          {MEMBERS}-member etcd cluster on loopback (Debian's etcd-server 3.4, default \
          settings: every commit waits for a quorum's fsync, the members sharing this \
@@ -548,65 +624,27 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         calls = churned,
         outage = OUTAGE.as_secs(),
         timeout = STORE_TIMEOUT.as_secs(),
-    );
-    body += &table(
-        &[
-            "call",
-            "calls",
-            "failed",
-            "wall p50 / p99",
-            "etcd requests p50 / mean",
-            "etcd time p50 / p99",
-            "conflicts / retries (all calls)",
-        ],
-        &[
-            row(CniCommand::Add, &records, &lines),
-            row(CniCommand::Del, &records, &lines),
-        ],
-    );
-    let checks = format!(
-        "{failed_outside} calls failed outside the outage, {} in it (the slowest answered \
-         in {:.1} s); {retried} failed DELs sent again, {failed_retries} of those failed; \
-         {wrong_pool} ADD results outside their namespace's pool; {distinct} distinct \
-         addresses handed out, {twice} held by two pods at once; {left} attachments \
-         listed after the last DEL",
-        failed_in.len(),
-        slowest_failed / 1000.0
-    );
-    body += &format!(
-        "\nChecked after the churn: {checks}. An address counts as held from its ADD's \
-         return to its DEL's start; the attachments are what `wasm-ipam list --json` \
-         shows on the store.\n"
-    );
-    let pass = failed_outside == 0
-        && slowest_failed <= bound_ms
-        && failed_retries == 0
-        && wrong_pool == 0
-        && twice == 0
-        && left == 0;
-    Ok(Section {
-        title: format!(
-            "Pod churn on a {MEMBERS}-member etcd: {} nodes × {} pods",
-            opts.nodes, opts.pods
+    )
+}
+
+/// The scenario's target: calls fail only in the outage, each within `bound_ms`,
+/// and addresses stay exclusive (`checks` says what was measured).
+fn target(bound_ms: f64, checks: String, pass: bool) -> Target {
+    Target {
+        name: "etcd churn with an outage: calls fail only in it, fast; addresses stay exclusive"
+            .into(),
+        goal: format!(
+            "0 failed outside the outage, each failed one within {:.0} s, 0 outside their pool, 0 held twice, 0 left",
+            bound_ms / 1000.0
         ),
-        body,
-        targets: vec![Target {
-            name:
-                "etcd churn with an outage: calls fail only in it, fast; addresses stay exclusive"
-                    .into(),
-            goal: format!(
-                "0 failed outside the outage, each failed one within {:.0} s, 0 outside their pool, 0 held twice, 0 left",
-                bound_ms / 1000.0
-            ),
-            measured: checks,
-            pass,
-            miss: if pass {
-                String::new()
-            } else {
-                "see the etcd churn section".into()
-            },
-        }],
-    })
+        measured: checks,
+        pass,
+        miss: if pass {
+            String::new()
+        } else {
+            "see the etcd churn section".into()
+        },
+    }
 }
 
 #[cfg(test)]

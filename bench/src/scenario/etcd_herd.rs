@@ -156,61 +156,12 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             results[c].push(one_herd(paths, &cache, *etcd, *nodes, opts.size, rep)?);
         }
     }
-    let median = |herds: &[Herd], f: &dyn Fn(&Herd) -> f64| {
-        herds.iter().map(f).collect::<Samples>().median()
-    };
     let peer_total = median(&results[0], &|h| h.add_ms + h.del_ms);
-    let mut rows = Vec::new();
-    for ((name, etcd, _), herds) in configs.iter().zip(&results) {
-        let total = median(herds, &|h| h.add_ms + h.del_ms);
-        let latency: Samples = herds
-            .iter()
-            .flat_map(|h| h.adds.iter().map(Finished::ms))
-            .collect();
-        let pooled = |f: fn(&Herd) -> &Samples| -> Samples {
-            herds
-                .iter()
-                .fold(Samples::new(Vec::new()), |all, h| all.pooled(f(h)))
-        };
-        let datastore = etcd.is_some();
-        rows.push(vec![
-            name.clone(),
-            ms(median(herds, &|h| h.add_ms)),
-            ms(median(herds, &|h| h.del_ms)),
-            ms(total),
-            ratio(total, peer_total),
-            herds.iter().map(|h| h.failures).sum::<usize>().to_string(),
-            format!(
-                "{} of {}",
-                herds.iter().map(|h| h.distinct).min().unwrap_or(0),
-                opts.size
-            ),
-            format!(
-                "{} / {}",
-                ms(latency.median()),
-                ms(latency.percentile(0.99))
-            ),
-            if datastore {
-                format!("{:.0}", pooled(|h| &h.requests).median())
-            } else {
-                "-".into()
-            },
-            if datastore {
-                ms(pooled(|h| &h.etcd_ms).median())
-            } else {
-                "-".into()
-            },
-            if datastore {
-                format!(
-                    "{} / {}",
-                    herds.iter().map(|h| h.conflicts).sum::<u64>(),
-                    herds.iter().map(|h| h.retries).sum::<u64>()
-                )
-            } else {
-                "-".into()
-            },
-        ]);
-    }
+    let rows: Vec<Vec<String>> = configs
+        .iter()
+        .zip(&results)
+        .map(|((name, etcd, _), herds)| row(opts, name, etcd.is_some(), herds, peer_total))
+        .collect();
     let mut body = format!(
         "N = {} ADDs spawned at once, reaped, then N DELs, {} herds per configuration \
          (interleaved; wall times are medians over them, latencies pooled). wasm-ipam runs \
@@ -246,4 +197,68 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         body,
         targets: Vec::new(),
     })
+}
+
+/// The median over `herds` of a per-herd figure.
+fn median(herds: &[Herd], f: &dyn Fn(&Herd) -> f64) -> f64 {
+    herds.iter().map(f).collect::<Samples>().median()
+}
+
+/// One configuration's row (`name`; on the etcd store when `datastore`): its
+/// `herds`' wall times, against host-local's `peer_total`, failures, addresses,
+/// latency and datastore figures.
+fn row(
+    opts: &Options,
+    name: &str,
+    datastore: bool,
+    herds: &[Herd],
+    peer_total: f64,
+) -> Vec<String> {
+    let total = median(herds, &|h| h.add_ms + h.del_ms);
+    let latency: Samples = herds
+        .iter()
+        .flat_map(|h| h.adds.iter().map(Finished::ms))
+        .collect();
+    let pooled = |f: fn(&Herd) -> &Samples| -> Samples {
+        herds
+            .iter()
+            .fold(Samples::new(Vec::new()), |all, h| all.pooled(f(h)))
+    };
+    vec![
+        name.to_string(),
+        ms(median(herds, &|h| h.add_ms)),
+        ms(median(herds, &|h| h.del_ms)),
+        ms(total),
+        ratio(total, peer_total),
+        herds.iter().map(|h| h.failures).sum::<usize>().to_string(),
+        format!(
+            "{} of {}",
+            herds.iter().map(|h| h.distinct).min().unwrap_or(0),
+            opts.size
+        ),
+        format!(
+            "{} / {}",
+            ms(latency.median()),
+            ms(latency.percentile(0.99))
+        ),
+        if datastore {
+            format!("{:.0}", pooled(|h| &h.requests).median())
+        } else {
+            "-".into()
+        },
+        if datastore {
+            ms(pooled(|h| &h.etcd_ms).median())
+        } else {
+            "-".into()
+        },
+        if datastore {
+            format!(
+                "{} / {}",
+                herds.iter().map(|h| h.conflicts).sum::<u64>(),
+                herds.iter().map(|h| h.retries).sum::<u64>()
+            )
+        } else {
+            "-".into()
+        },
+    ]
 }

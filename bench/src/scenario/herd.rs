@@ -172,10 +172,7 @@ fn pooled_lock(herds: &[Herd], phase: impl Fn(&Herd) -> &Phase) -> Option<LockFi
 }
 
 fn section(opts: &Options, results: &BTreeMap<(usize, Plugin), Vec<Herd>>) -> Section {
-    let total = |h: &Herd| h.add.wall_ms + h.del.wall_ms;
-    let mut rows = Vec::new();
-    let mut lock_rows = Vec::new();
-    let mut throughput_rows = Vec::new();
+    let mut tables = Tables::default();
     let mut wasm_failures = 0;
     let mut wasm_calls = 0;
     let mut targets = Vec::new();
@@ -187,108 +184,20 @@ fn section(opts: &Options, results: &BTreeMap<(usize, Plugin), Vec<Herd>>) -> Se
             continue;
         };
         for (plugin, herds) in [(Plugin::WasmIpam, w), (Plugin::HostLocal, h)] {
-            let fails = |phase: fn(&Herd) -> &Phase| {
-                herds.iter().map(|h| phase(h).failures()).sum::<usize>()
-            };
-            let (add_fail, del_fail) = (fails(|h| &h.add), fails(|h| &h.del));
+            let failures = tables.add_plugin(n, plugin, herds);
             if plugin == Plugin::WasmIpam {
-                wasm_failures += add_fail + del_fail;
+                wasm_failures += failures;
                 wasm_calls += 2 * n * herds.len();
             }
-            let add_lat = latencies(herds, |h| &h.add);
-            let del_lat = latencies(herds, |h| &h.del);
-            let min_distinct = herds.iter().map(|h| h.distinct).min().unwrap_or(0);
-            rows.push(vec![
-                n.to_string(),
-                plugin.name().into(),
-                ms(median_of(herds, |h| h.add.wall_ms)),
-                ms(median_of(herds, |h| h.del.wall_ms)),
-                ms(median_of(herds, total)),
-                format!("{add_fail} / {del_fail}"),
-                format!("{min_distinct} of {n}"),
-                format!(
-                    "{} / {}",
-                    ms(add_lat.median()),
-                    ms(add_lat.percentile(0.99))
-                ),
-                format!(
-                    "{} / {}",
-                    ms(del_lat.median()),
-                    ms(del_lat.percentile(0.99))
-                ),
-            ]);
-            throughput_rows.push(vec![
-                n.to_string(),
-                plugin.name().into(),
-                format!(
-                    "{:.0}",
-                    n as f64 / median_of(herds, |h| h.add.wall_ms) * 1000.0
-                ),
-                format!(
-                    "{:.0}",
-                    n as f64 / median_of(herds, |h| h.del.wall_ms) * 1000.0
-                ),
-            ]);
         }
-        let (wt, ht) = (median_of(w, total), median_of(h, total));
-        rows.push(vec![
-            n.to_string(),
-            "ratio".into(),
-            ratio(
-                median_of(w, |h| h.add.wall_ms),
-                median_of(h, |h| h.add.wall_ms),
-            ),
-            ratio(
-                median_of(w, |h| h.del.wall_ms),
-                median_of(h, |h| h.del.wall_ms),
-            ),
-            ratio(wt, ht),
-            String::new(),
-            String::new(),
-            ratio(
-                latencies(w, |h| &h.add).median(),
-                latencies(h, |h| &h.add).median(),
-            ),
-            ratio(
-                latencies(w, |h| &h.del).median(),
-                latencies(h, |h| &h.del).median(),
-            ),
-        ]);
+        tables.rows.push(ratio_row(n, w, h));
         for (phase_name, phase) in [("ADD", Phase::add as PhaseOf), ("DEL", Phase::del)] {
-            let Some(lock) = pooled_lock(w, phase) else {
-                continue;
-            };
-            let walls: f64 = w.iter().map(|h| phase(h).wall_ms).sum();
-            let triple = |s: &Samples| {
-                format!(
-                    "{} / {} / {}",
-                    ms(s.median()),
-                    ms(s.percentile(0.99)),
-                    ms(s.max())
-                )
-            };
-            lock_rows.push(vec![
-                n.to_string(),
-                phase_name.into(),
-                ms(lock.holds.median()),
-                ms(lock.budget_used.median()),
-                format!("{:.0}%", lock.holds.sum() / walls * 100.0),
-                ms(lock.handover.median()),
-                triple(&lock.waits),
-                triple(&lock.fifo_spawn),
-                ratio(lock.waits.max(), lock.fifo_spawn.max()),
-                ratio(lock.waits.max(), lock.fifo_request.max()),
-            ]);
+            if let Some(row) = lock_row(n, phase_name, w, phase) {
+                tables.lock_rows.push(row);
+            }
         }
-        if let Some(&(_, goal)) = WALL_RATIO_TARGETS.iter().find(|(size, _)| *size == n) {
-            let r = wt / ht;
-            targets.push(Target {
-                name: format!("herd of {n} ADDs + {n} DELs, wall time"),
-                goal: format!("≤ {goal}× host-local"),
-                measured: format!("{r:.2}× ({} vs {})", ms(wt), ms(ht)),
-                pass: r <= goal,
-                miss: format!("{:.2}× the target, {} over", r / goal, ms(wt - goal * ht)),
-            });
+        if let Some(target) = wall_target(n, w, h) {
+            targets.push(target);
         }
     }
     targets.push(Target {
@@ -298,34 +207,120 @@ fn section(opts: &Options, results: &BTreeMap<(usize, Plugin), Vec<Herd>>) -> Se
         pass: wasm_failures == 0,
         miss: format!("{wasm_failures} failed"),
     });
+    Section {
+        title: "Herds".into(),
+        body: tables.text(opts),
+        targets,
+    }
+}
 
-    let mut body = format!(
-        "Each herd spawns N ADDs at once (distinct container ids, subnet 10.22.0.0/16), \
-         reaps them all, then spawns N DELs at once. {} herds per size and plugin, the \
-         plugins' herds interleaved; wall times are medians over them, latencies pooled \
-         over them. wasm-ipam runs `examples/host-local` from a warm cache.\n\n",
-        opts.repeats
-    );
-    body += &table(
-        &[
-            "N",
-            "plugin",
-            "ADD wall",
-            "DEL wall",
-            "ADD+DEL wall",
-            "failed ADD / DEL",
-            "distinct addresses (worst herd)",
-            "ADD p50 / p99",
-            "DEL p50 / p99",
-        ],
-        &rows,
-    );
-    body += "\n### Throughput\n\nCalls per second (N / median wall time of the phase).\n\n";
-    body += &table(
-        &["N", "plugin", "ADD calls/s", "DEL calls/s"],
-        &throughput_rows,
-    );
-    body += "\n### wasm-ipam's lock in the herds\n\nFrom its log, pooled over the \
+/// A herd's ADD and DEL wall time together, ms.
+fn total(h: &Herd) -> f64 {
+    h.add.wall_ms + h.del.wall_ms
+}
+
+/// The section's tables' rows: herds, throughput, and wasm-ipam's lock.
+#[derive(Default)]
+struct Tables {
+    rows: Vec<Vec<String>>,
+    lock_rows: Vec<Vec<String>>,
+    throughput_rows: Vec<Vec<String>>,
+}
+
+impl Tables {
+    /// Adds `plugin`'s row to the herds table and to the throughput table for herds
+    /// of `n`; its failed calls.
+    fn add_plugin(&mut self, n: usize, plugin: Plugin, herds: &[Herd]) -> usize {
+        let fails =
+            |phase: fn(&Herd) -> &Phase| herds.iter().map(|h| phase(h).failures()).sum::<usize>();
+        let (add_fail, del_fail) = (fails(|h| &h.add), fails(|h| &h.del));
+        let add_lat = latencies(herds, |h| &h.add);
+        let del_lat = latencies(herds, |h| &h.del);
+        let min_distinct = herds.iter().map(|h| h.distinct).min().unwrap_or(0);
+        self.rows.push(vec![
+            n.to_string(),
+            plugin.name().into(),
+            ms(median_of(herds, |h| h.add.wall_ms)),
+            ms(median_of(herds, |h| h.del.wall_ms)),
+            ms(median_of(herds, total)),
+            format!("{add_fail} / {del_fail}"),
+            format!("{min_distinct} of {n}"),
+            format!(
+                "{} / {}",
+                ms(add_lat.median()),
+                ms(add_lat.percentile(0.99))
+            ),
+            format!(
+                "{} / {}",
+                ms(del_lat.median()),
+                ms(del_lat.percentile(0.99))
+            ),
+        ]);
+        self.throughput_rows.push(vec![
+            n.to_string(),
+            plugin.name().into(),
+            format!(
+                "{:.0}",
+                n as f64 / median_of(herds, |h| h.add.wall_ms) * 1000.0
+            ),
+            format!(
+                "{:.0}",
+                n as f64 / median_of(herds, |h| h.del.wall_ms) * 1000.0
+            ),
+        ]);
+        add_fail + del_fail
+    }
+
+    /// The section's text: how the herds ran, and the three tables.
+    fn text(&self, opts: &Options) -> String {
+        let mut body = format!(
+            "Each herd spawns N ADDs at once (distinct container ids, subnet 10.22.0.0/16), \
+             reaps them all, then spawns N DELs at once. {} herds per size and plugin, the \
+             plugins' herds interleaved; wall times are medians over them, latencies pooled \
+             over them. wasm-ipam runs `examples/host-local` from a warm cache.\n\n",
+            opts.repeats
+        );
+        body += &table(
+            &[
+                "N",
+                "plugin",
+                "ADD wall",
+                "DEL wall",
+                "ADD+DEL wall",
+                "failed ADD / DEL",
+                "distinct addresses (worst herd)",
+                "ADD p50 / p99",
+                "DEL p50 / p99",
+            ],
+            &self.rows,
+        );
+        body += "\n### Throughput\n\nCalls per second (N / median wall time of the phase).\n\n";
+        body += &table(
+            &["N", "plugin", "ADD calls/s", "DEL calls/s"],
+            &self.throughput_rows,
+        );
+        body += LOCK_TABLE_INTRO;
+        body += &table(
+            &[
+                "N",
+                "phase",
+                "hold p50",
+                "budget used p50",
+                "lock held",
+                "handover p50",
+                "measured wait p50 / p99 / max",
+                "FIFO wait p50 / p99 / max",
+                "max measured / max FIFO",
+                "same, FIFO from lock request",
+            ],
+            &self.lock_rows,
+        );
+        body
+    }
+}
+
+/// What the lock table's columns are.
+const LOCK_TABLE_INTRO: &str = "\n### wasm-ipam's lock in the herds\n\nFrom its log, pooled over the \
              herds: time under the lock (`lock_hold_ms`); from grant to the guest's \
              return (`budget_used_ms`); how much of the phase's wall time the lock was \
              held (the rest it was free or changing hands: the calls are then limited by \
@@ -337,24 +332,73 @@ fn section(opts: &Options, results: &BTreeMap<(usize, Plugin), Vec<Herd>>) -> Se
              asked for the lock (from the log) instead, the instant wasm-ipam's own \
              `lock_wait_ms` counts from (process start and module load, slowed by CPU \
              contention in a herd, come before it).\n\n";
-    body += &table(
-        &[
-            "N",
-            "phase",
-            "hold p50",
-            "budget used p50",
-            "lock held",
-            "handover p50",
-            "measured wait p50 / p99 / max",
-            "FIFO wait p50 / p99 / max",
-            "max measured / max FIFO",
-            "same, FIFO from lock request",
-        ],
-        &lock_rows,
-    );
-    Section {
-        title: "Herds".into(),
-        body,
-        targets,
-    }
+
+/// The herds table's ratio row for herds of `n`: wasm-ipam's (`w`) figures to
+/// host-local's (`h`).
+fn ratio_row(n: usize, w: &[Herd], h: &[Herd]) -> Vec<String> {
+    vec![
+        n.to_string(),
+        "ratio".into(),
+        ratio(
+            median_of(w, |h| h.add.wall_ms),
+            median_of(h, |h| h.add.wall_ms),
+        ),
+        ratio(
+            median_of(w, |h| h.del.wall_ms),
+            median_of(h, |h| h.del.wall_ms),
+        ),
+        ratio(median_of(w, total), median_of(h, total)),
+        String::new(),
+        String::new(),
+        ratio(
+            latencies(w, |h| &h.add).median(),
+            latencies(h, |h| &h.add).median(),
+        ),
+        ratio(
+            latencies(w, |h| &h.del).median(),
+            latencies(h, |h| &h.del).median(),
+        ),
+    ]
+}
+
+/// The lock table's row for `phase` (named `phase_name`) of wasm-ipam's herds `w`
+/// of `n`; none when their log says nothing of the lock.
+fn lock_row(n: usize, phase_name: &str, w: &[Herd], phase: PhaseOf) -> Option<Vec<String>> {
+    let lock = pooled_lock(w, phase)?;
+    let walls: f64 = w.iter().map(|h| phase(h).wall_ms).sum();
+    let triple = |s: &Samples| {
+        format!(
+            "{} / {} / {}",
+            ms(s.median()),
+            ms(s.percentile(0.99)),
+            ms(s.max())
+        )
+    };
+    Some(vec![
+        n.to_string(),
+        phase_name.into(),
+        ms(lock.holds.median()),
+        ms(lock.budget_used.median()),
+        format!("{:.0}%", lock.holds.sum() / walls * 100.0),
+        ms(lock.handover.median()),
+        triple(&lock.waits),
+        triple(&lock.fifo_spawn),
+        ratio(lock.waits.max(), lock.fifo_spawn.max()),
+        ratio(lock.waits.max(), lock.fifo_request.max()),
+    ])
+}
+
+/// The wall-time target of herds of `n`, if [`WALL_RATIO_TARGETS`] sets one:
+/// wasm-ipam's (`w`) ADD+DEL wall time against host-local's (`h`).
+fn wall_target(n: usize, w: &[Herd], h: &[Herd]) -> Option<Target> {
+    let &(_, goal) = WALL_RATIO_TARGETS.iter().find(|(size, _)| *size == n)?;
+    let (wt, ht) = (median_of(w, total), median_of(h, total));
+    let r = wt / ht;
+    Some(Target {
+        name: format!("herd of {n} ADDs + {n} DELs, wall time"),
+        goal: format!("≤ {goal}× host-local"),
+        measured: format!("{r:.2}× ({} vs {})", ms(wt), ms(ht)),
+        pass: r <= goal,
+        miss: format!("{:.2}× the target, {} over", r / goal, ms(wt - goal * ht)),
+    })
 }

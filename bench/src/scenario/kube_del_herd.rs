@@ -67,38 +67,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         Ipam::Whereabouts,
     ] {
         let m = on_a_node(paths, ipam, opts.pods)?;
-        // What wasm-ipam's log says of each DEL; whereabouts logs no such record.
-        let logged = |s: String| match ipam {
-            Ipam::Whereabouts => "n/a".to_string(),
-            Ipam::WasmIpam(_) => s,
-        };
-        rows.push(vec![
-            ipam.name().to_string(),
-            opts.pods.to_string(),
-            format!("{:.1} s", m.all_running.as_secs_f64()),
-            format!("{:.1} s", m.all_deleted.as_secs_f64()),
-            match ipam {
-                Ipam::Whereabouts => format!(
-                    "({} error lines in its log) / {}",
-                    m.dels_failed, m.runtime_errors
-                ),
-                Ipam::WasmIpam(_) => {
-                    format!("**{}** of {} / {}", m.dels_failed, m.dels, m.runtime_errors)
-                }
-            },
-            format!("**{}**", m.leaked),
-            logged(format!(
-                "{:.1} s / {:.1} s",
-                m.lock_wait_ms.median() / 1000.0,
-                m.lock_wait_ms.max() / 1000.0
-            )),
-            logged(format!(
-                "{:.0} / {:.0}",
-                m.requests.median(),
-                m.requests.max()
-            )),
-            logged(format!("{:.0} ms", m.rate_wait_ms.max())),
-        ]);
+        rows.push(row(opts, ipam, &m));
         measured.push(m);
     }
     // Ratios of wasm-ipam on the Kubernetes store against each other node; the lock
@@ -125,7 +94,53 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             String::new(),
         ]);
     }
-    let body = format!(
+    Ok(Section {
+        title: "The DEL herd on a real node at qps 5, burst 10".into(),
+        body: body(opts, &rows),
+        targets: Vec::new(),
+    })
+}
+
+/// One node's row: `ipam`'s figures `m`, those from wasm-ipam's log only for it.
+fn row(opts: &Options, ipam: Ipam, m: &Measured) -> Vec<String> {
+    // What wasm-ipam's log says of each DEL; whereabouts logs no such record.
+    let logged = |s: String| match ipam {
+        Ipam::Whereabouts => "n/a".to_string(),
+        Ipam::WasmIpam(_) => s,
+    };
+    vec![
+        ipam.name().to_string(),
+        opts.pods.to_string(),
+        format!("{:.1} s", m.all_running.as_secs_f64()),
+        format!("{:.1} s", m.all_deleted.as_secs_f64()),
+        match ipam {
+            Ipam::Whereabouts => format!(
+                "({} error lines in its log) / {}",
+                m.dels_failed, m.runtime_errors
+            ),
+            Ipam::WasmIpam(_) => {
+                format!("**{}** of {} / {}", m.dels_failed, m.dels, m.runtime_errors)
+            }
+        },
+        format!("**{}**", m.leaked),
+        logged(format!(
+            "{:.1} s / {:.1} s",
+            m.lock_wait_ms.median() / 1000.0,
+            m.lock_wait_ms.max() / 1000.0
+        )),
+        logged(format!(
+            "{:.0} / {:.0}",
+            m.requests.median(),
+            m.requests.max()
+        )),
+        logged(format!("{:.0} ms", m.rate_wait_ms.max())),
+    ]
+}
+
+/// The section's text: how the nodes ran and what each column is, then the table of
+/// `rows`.
+fn body(opts: &Options, rows: &[Vec<String>]) -> String {
+    format!(
         "A one-node cluster of real processes (scripts/kube-node.sh: kube-apiserver, kubelet \
          and containerd 2 built from their Go modules, ptp as the main plugin), wasm-ipam \
          running `examples/cluster-pool` (10.244.0.0/16 in /26 blocks) on a cluster store \
@@ -163,15 +178,10 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
                 "requests per DEL p50 / max",
                 "limiter wait per DEL max",
             ],
-            &rows
+            rows
         ),
         n = opts.pods
-    );
-    Ok(Section {
-        title: "The DEL herd on a real node at qps 5, burst 10".into(),
-        body,
-        targets: Vec::new(),
-    })
+    )
 }
 
 fn on_a_node(paths: &Paths, ipam: Ipam, pods: usize) -> io::Result<Measured> {

@@ -178,19 +178,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let mut api = KubeApi::start()?;
     apply_manifests(&api, &paths.wasm_ipam)?;
     let kubeconfig = api.node_kubeconfig(NODE)?;
-    let whoami = api.kubectl_with(&kubeconfig, &["auth", "whoami", "-o", "json"])?;
-    let identity: Value = serde_json::from_slice(&whoami.stdout).unwrap_or_default();
-    let user = &identity["status"]["userInfo"];
-    let in_nodes = user["groups"]
-        .as_array()
-        .is_some_and(|g| g.iter().any(|g| g == "system:nodes"));
-    if user["username"] != format!("system:node:{NODE}") || !in_nodes {
-        return Err(io::Error::other(format!(
-            "the node's kubeconfig is not system:node:{NODE} in system:nodes: {}{}",
-            String::from_utf8_lossy(&whoami.stdout),
-            String::from_utf8_lossy(&whoami.stderr)
-        )));
-    }
+    refuse_unless_the_node(&api, &kubeconfig)?;
     let versions = Versions {
         apiserver: api
             .kubectl(&["version", "-o", "json"])
@@ -234,10 +222,41 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             ],
         )?,
     ];
+    let first_adds = run_cycles(&mut stores, opts)?;
+    Ok(section(
+        opts,
+        &stores,
+        &first_adds,
+        &versions,
+        &paths.wasm_ipam,
+    ))
+}
 
+/// Refuses a node kubeconfig (`kubeconfig`) whose identity is not
+/// `system:node:NODE` in `system:nodes`, as the apiserver `api` sees it.
+fn refuse_unless_the_node(api: &KubeApi, kubeconfig: &Path) -> io::Result<()> {
+    let whoami = api.kubectl_with(kubeconfig, &["auth", "whoami", "-o", "json"])?;
+    let identity: Value = serde_json::from_slice(&whoami.stdout).unwrap_or_default();
+    let user = &identity["status"]["userInfo"];
+    let in_nodes = user["groups"]
+        .as_array()
+        .is_some_and(|g| g.iter().any(|g| g == "system:nodes"));
+    if user["username"] != format!("system:node:{NODE}") || !in_nodes {
+        return Err(io::Error::other(format!(
+            "the node's kubeconfig is not system:node:{NODE} in system:nodes: {}{}",
+            String::from_utf8_lossy(&whoami.stdout),
+            String::from_utf8_lossy(&whoami.stderr)
+        )));
+    }
+    Ok(())
+}
+
+/// Each store's first ADD, then `opts.cycles` ADD+DEL cycles per store, the stores'
+/// interleaved, recorded in each store; the first ADDs.
+fn run_cycles(stores: &mut [Store; 2], opts: &Options) -> io::Result<Vec<Finished>> {
     let mut runner = Runner::new();
     let mut first_adds = Vec::new();
-    for store in &stores {
+    for store in stores.iter() {
         let first = runner.run(&store.peer.call("ADD", "first"))?;
         if !first.success {
             return Err(io::Error::other(format!(
@@ -268,13 +287,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             store.dels.push(del);
         }
     }
-    Ok(section(
-        opts,
-        &stores,
-        &first_adds,
-        &versions,
-        &paths.wasm_ipam,
-    ))
+    Ok(first_adds)
 }
 
 /// What one store measured, as the table and the herd sentence use it.
@@ -340,9 +353,78 @@ fn section(
     wasm_ipam: &Path,
 ) -> Section {
     let [kube, etcd] = [figures(&stores[0]), figures(&stores[1])];
+    let mut body = setup_text(opts, versions);
+    body += &table(
+        &[
+            "store",
+            "failed calls",
+            "ADD p50 / p99",
+            "DEL p50 / p99",
+            "requests per ADD (median / max)",
+            "requests per DEL (median / max)",
+            "first ADD: requests (latency)",
+            "store time p50, ADD / DEL",
+            "conflicts / limiter wait max",
+        ],
+        &rows(opts, stores, [&kube, &etcd], first_adds),
+    );
+    let logged = 4 * opts.cycles;
+    if kube.logged + etcd.logged < logged {
+        body += &format!(
+            "\n{} of the {logged} measured calls left no log line; their requests are not \
+             counted.\n",
+            logged - kube.logged - etcd.logged
+        );
+    }
+    body += &del_herd_text(&kube, &etcd);
+    body += &format!("\n{}\n", machine_line(wasm_ipam));
+    Section {
+        title: "The Kubernetes store vs the etcd store".into(),
+        body,
+        targets: Vec::new(),
+    }
+}
+
+/// How the two stores were set up (their `versions`) and measured.
+fn setup_text(opts: &Options, versions: &Versions) -> String {
+    format!(
+        "One simulated node runs `examples/cluster-pool` (10.30.0.0/16 in /26 blocks, \
+         `nodeName` {NODE}) from a warm cache with the same netconf on two stores, only \
+         `ipam.store` differing: the Kubernetes API (kube-apiserver {} from \
+         scripts/kube-peers.sh on loopback, with an etcd {} of its own at its default \
+         settings, certificates from a CA generated for the run, RBAC and the Node \
+         authorizer on, anonymous requests off; the CRD and the nodes' RBAC applied by \
+         the admin as `wasm-ipam kubernetes manifests` prints them, the CRD waited on \
+         until Established; the node's kubeconfig a client certificate of \
+         `system:node:{NODE}` in group `system:nodes`, as its kubelet's) and one etcd \
+         member on loopback (Debian's etcd-server {}, default settings), as the etcd \
+         scenarios start it. Both stores' commits wait for etcd's fsync. Per \
+         store, a first ADD claims the node's first block, then {} ADD+DEL cycles, each \
+         a fresh container id, the stores' cycles interleaved (who goes first \
+         alternates). Latency is spawn to exit; requests, store time, conflicts and \
+         limiter waits are per call, from wasm-ipam's log (`kube_requests`, `kube_ms`, \
+         `kube_conflicts`, `kube_rate_wait_ms`; `etcd_requests`, `etcd_ms`, \
+         `etcd_conflicts`, `etcd_rate_wait_ms`).\n\n\
+         Both stores keep their defaults but the node's rate limiter: `qps` {QPS} and \
+         `burst` {BURST} on each (the defaults: Kubernetes {DEFAULT_KUBERNETES_QPS} and \
+         {DEFAULT_KUBERNETES_BURST}, etcd {DEFAULT_ETCD_QPS} and {DEFAULT_ETCD_BURST}), \
+         so the latency below is the store's, not the limiter's; the last column shows \
+         the longest any measured call waited for it.\n\n",
+        versions.apiserver, versions.apiserver_etcd, versions.etcd, opts.cycles,
+    )
+}
+
+/// The table's rows: each store's figures (`kube`'s, then `etcd`'s), then the
+/// Kubernetes store's to the etcd store's.
+fn rows(
+    opts: &Options,
+    stores: &[Store; 2],
+    [kube, etcd]: [&Figures; 2],
+    first_adds: &[Finished],
+) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = stores
         .iter()
-        .zip([&kube, &etcd])
+        .zip([kube, etcd])
         .zip(first_adds)
         .map(|((store, f), first)| {
             vec![
@@ -362,7 +444,7 @@ fn section(
             ]
         })
         .collect();
-    let both = |f: fn(&Figures) -> f64| ratio(f(&kube), f(&etcd));
+    let both = |f: fn(&Figures) -> f64| ratio(f(kube), f(etcd));
     rows.push(vec![
         "ratio Kubernetes / etcd".into(),
         String::new(),
@@ -394,59 +476,17 @@ fn section(
         ),
         String::new(),
     ]);
+    rows
+}
 
-    let mut body = format!(
-        "One simulated node runs `examples/cluster-pool` (10.30.0.0/16 in /26 blocks, \
-         `nodeName` {NODE}) from a warm cache with the same netconf on two stores, only \
-         `ipam.store` differing: the Kubernetes API (kube-apiserver {} from \
-         scripts/kube-peers.sh on loopback, with an etcd {} of its own at its default \
-         settings, certificates from a CA generated for the run, RBAC and the Node \
-         authorizer on, anonymous requests off; the CRD and the nodes' RBAC applied by \
-         the admin as `wasm-ipam kubernetes manifests` prints them, the CRD waited on \
-         until Established; the node's kubeconfig a client certificate of \
-         `system:node:{NODE}` in group `system:nodes`, as its kubelet's) and one etcd \
-         member on loopback (Debian's etcd-server {}, default settings), as the etcd \
-         scenarios start it. Both stores' commits wait for etcd's fsync. Per \
-         store, a first ADD claims the node's first block, then {} ADD+DEL cycles, each \
-         a fresh container id, the stores' cycles interleaved (who goes first \
-         alternates). Latency is spawn to exit; requests, store time, conflicts and \
-         limiter waits are per call, from wasm-ipam's log (`kube_requests`, `kube_ms`, \
-         `kube_conflicts`, `kube_rate_wait_ms`; `etcd_requests`, `etcd_ms`, \
-         `etcd_conflicts`, `etcd_rate_wait_ms`).\n\n\
-         Both stores keep their defaults but the node's rate limiter: `qps` {QPS} and \
-         `burst` {BURST} on each (the defaults: Kubernetes {DEFAULT_KUBERNETES_QPS} and \
-         {DEFAULT_KUBERNETES_BURST}, etcd {DEFAULT_ETCD_QPS} and {DEFAULT_ETCD_BURST}), \
-         so the latency below is the store's, not the limiter's; the last column shows \
-         the longest any measured call waited for it.\n\n",
-        versions.apiserver, versions.apiserver_etcd, versions.etcd, opts.cycles,
-    );
-    body += &table(
-        &[
-            "store",
-            "failed calls",
-            "ADD p50 / p99",
-            "DEL p50 / p99",
-            "requests per ADD (median / max)",
-            "requests per DEL (median / max)",
-            "first ADD: requests (latency)",
-            "store time p50, ADD / DEL",
-            "conflicts / limiter wait max",
-        ],
-        &rows,
-    );
-    let logged = 4 * opts.cycles;
-    if kube.logged + etcd.logged < logged {
-        body += &format!(
-            "\n{} of the {logged} measured calls left no log line; their requests are not \
-             counted.\n",
-            logged - kube.logged - etcd.logged
-        );
-    }
+/// How many DELs at once fit kubelet's teardown at each store's default rate
+/// limit, at the requests per DEL measured here.
+fn del_herd_text(kube: &Figures, etcd: &Figures) -> String {
     let per_del = kube.del_requests.median();
     let worst = kube.del_requests.max();
     let grant = DEFAULT_KUBERNETES_QPS * TEARDOWN_SECONDS + f64::from(DEFAULT_KUBERNETES_BURST);
     let etcd_grant = DEFAULT_ETCD_QPS * TEARDOWN_SECONDS + f64::from(DEFAULT_ETCD_BURST);
-    body += &format!(
+    format!(
         "\nWhat this means for a herd of DELs at the Kubernetes store's defaults: a node's \
          limiter (`qps` {DEFAULT_KUBERNETES_QPS}, `burst` {DEFAULT_KUBERNETES_BURST}) \
          grants {DEFAULT_KUBERNETES_QPS} × {TEARDOWN_SECONDS} + {DEFAULT_KUBERNETES_BURST} \
@@ -462,11 +502,5 @@ fn section(
         (grant / worst).floor(),
         (etcd_grant / etcd.del_requests.median()).floor(),
         count(etcd.del_requests.median()),
-    );
-    body += &format!("\n{}\n", machine_line(wasm_ipam));
-    Section {
-        title: "The Kubernetes store vs the etcd store".into(),
-        body,
-        targets: Vec::new(),
-    }
+    )
 }

@@ -91,6 +91,63 @@ pub fn run(opts: &Options) -> io::Result<Section> {
     let data = dir.join("data");
     // The first commit creates the store; it is not one a warm call makes.
     commit(&data, 0)?;
+    let grown = grow_the_log(&data, opts)?;
+    let median = |v: Vec<f64>| Samples::new(v).median();
+    let empty = grown.by_bucket.get(&0).cloned().map_or(f64::NAN, median);
+    let body = format!(
+        "Opening the embedded store (`wasm_ipam::store::open`: its lock, the file checks, \
+         SQLite's connection, the log's index and the schema) as a warm cycle grows its \
+         write-ahead log: ADD and DEL commits alternate (three puts, two deletes), and \
+         before each one the store is opened and closed {opens} times, timed in this \
+         process (a new connection rebuilds the log's index from the file as a new \
+         process does: the index is never kept on disk). The log is folded into the \
+         database by the commit that takes it past {fold_kib} KiB; {folds} folds, \
+         {commits} commits. Opens are grouped by the log's size before them; medians, \
+         and \"over an empty log\" subtracts the first row's (the log a fold leaves).\n\n{open_table}\n\
+         What bounds the log costs: the fold (a checkpoint that syncs the log, copies it \
+         into the database, syncs that and truncates the log) runs in the commit that \
+         passes the fold size, under the lock; medians of the same commits, except the \
+         last row: the mean, over the commits, of each one's median open less the \
+         empty log's.\n\n{fold_table}",
+        opens = opts.opens,
+        fold_kib = sqlite::CHECKPOINT_BYTES >> 10,
+        folds = grown.folds.len(),
+        commits = grown.commits,
+        open_table = table(
+            &[
+                "log before the open",
+                "frames",
+                "open p50",
+                "over an empty log",
+                "opens"
+            ],
+            &open_rows(&grown.by_bucket, empty)
+        ),
+        fold_table = table(&["", "p50"], &fold_rows(&grown, empty)),
+    );
+    Ok(Section {
+        title: "Store open vs the write-ahead log's size".into(),
+        body,
+        targets: vec![],
+    })
+}
+
+/// What growing the log until it was folded `opts.folds` times measured.
+struct Grown {
+    /// Each open's time, ms, by the log's size before it in [`BUCKET`]s.
+    by_bucket: BTreeMap<u64, Vec<f64>>,
+    /// Each commit's median open before it, ms.
+    per_commit: Vec<f64>,
+    /// Each commit that did not fold: its write under the lock and its sync, ms.
+    appends: Vec<(f64, f64)>,
+    /// Each folding commit's time, ms.
+    folds: Vec<f64>,
+    commits: usize,
+}
+
+/// Commits to the store in `data` until the log was folded `opts.folds` times,
+/// opening the store `opts.opens` times before each commit.
+fn grow_the_log(data: &Path, opts: &Options) -> io::Result<Grown> {
     let mut by_bucket: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut per_commit = Vec::new();
     let (mut appends, mut folds) = (Vec::new(), Vec::new());
@@ -102,27 +159,37 @@ pub fn run(opts: &Options) -> io::Result<Section> {
                 folds.len()
             )));
         }
-        let before = log_len(&data)?;
-        let times = opens(&data, opts.opens)?;
+        let before = log_len(data)?;
+        let times = opens(data, opts.opens)?;
         per_commit.push(Samples::new(times.clone()).median());
         by_bucket
             .entry(before.div_ceil(BUCKET))
             .or_default()
             .extend(times);
-        let (under_lock, after) = commit(&data, n)?;
+        let (under_lock, after) = commit(data, n)?;
         // The fold truncates the log; the commit that passed the fold size is durable
         // with it, so a fold's cost is all under the lock.
-        if log_len(&data)? < before {
+        if log_len(data)? < before {
             folds.push(under_lock + after);
         } else {
             appends.push((under_lock, after));
         }
         n += 1;
     }
-    let commits = n - 1;
+    Ok(Grown {
+        by_bucket,
+        per_commit,
+        appends,
+        folds,
+        commits: n - 1,
+    })
+}
+
+/// The opens table's rows: per size of the log, its opens' median, and that over
+/// the `empty` log's.
+fn open_rows(by_bucket: &BTreeMap<u64, Vec<f64>>, empty: f64) -> Vec<Vec<String>> {
     let median = |v: Vec<f64>| Samples::new(v).median();
-    let empty = by_bucket.get(&0).cloned().map_or(f64::NAN, median);
-    let rows: Vec<Vec<String>> = by_bucket
+    by_bucket
         .iter()
         .map(|(bucket, times)| {
             let p50 = median(times.clone());
@@ -144,14 +211,26 @@ pub fn run(opts: &Options) -> io::Result<Section> {
                 times.len().to_string(),
             ]
         })
-        .collect();
+        .collect()
+}
+
+/// The fold table's rows: what a commit, a fold and the log's length at open cost.
+fn fold_rows(grown: &Grown, empty: f64) -> Vec<Vec<String>> {
+    let median = |v: Vec<f64>| Samples::new(v).median();
+    let Grown {
+        per_commit,
+        appends,
+        folds,
+        commits,
+        ..
+    } = grown;
     let mean_open = per_commit.iter().sum::<f64>() / per_commit.len() as f64;
     let append_lock = median(appends.iter().map(|a| a.0).collect());
     let append_sync = median(appends.iter().map(|a| a.1).collect());
     let fold = median(folds.clone());
-    let per_fold = commits as f64 / folds.len() as f64;
+    let per_fold = *commits as f64 / folds.len() as f64;
     let extra = (fold - append_lock - append_sync) / per_fold;
-    let fold_rows = vec![
+    vec![
         vec!["a commit's write, under the lock".into(), us(append_lock)],
         vec!["its sync, after the release".into(), us(append_sync)],
         vec![
@@ -167,40 +246,5 @@ pub fn run(opts: &Options) -> io::Result<Section> {
             "the log's extra at open, averaged over the commits".into(),
             us(mean_open - empty),
         ],
-    ];
-    let body = format!(
-        "Opening the embedded store (`wasm_ipam::store::open`: its lock, the file checks, \
-         SQLite's connection, the log's index and the schema) as a warm cycle grows its \
-         write-ahead log: ADD and DEL commits alternate (three puts, two deletes), and \
-         before each one the store is opened and closed {opens} times, timed in this \
-         process (a new connection rebuilds the log's index from the file as a new \
-         process does: the index is never kept on disk). The log is folded into the \
-         database by the commit that takes it past {fold_kib} KiB; {folds} folds, \
-         {commits} commits. Opens are grouped by the log's size before them; medians, \
-         and \"over an empty log\" subtracts the first row's (the log a fold leaves).\n\n{open_table}\n\
-         What bounds the log costs: the fold (a checkpoint that syncs the log, copies it \
-         into the database, syncs that and truncates the log) runs in the commit that \
-         passes the fold size, under the lock; medians of the same commits, except the \
-         last row: the mean, over the commits, of each one's median open less the \
-         empty log's.\n\n{fold_table}",
-        opens = opts.opens,
-        fold_kib = sqlite::CHECKPOINT_BYTES >> 10,
-        folds = folds.len(),
-        open_table = table(
-            &[
-                "log before the open",
-                "frames",
-                "open p50",
-                "over an empty log",
-                "opens"
-            ],
-            &rows
-        ),
-        fold_table = table(&["", "p50"], &fold_rows),
-    );
-    Ok(Section {
-        title: "Store open vs the write-ahead log's size".into(),
-        body,
-        targets: vec![],
-    })
+    ]
 }

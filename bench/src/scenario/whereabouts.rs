@@ -232,25 +232,7 @@ struct Herd {
 
 pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
     let wb_dir = whereabouts_dir()?;
-    let mut api = KubeApi::start_audited()?;
-    super::kube_store::apply_manifests(&api, &paths.wasm_ipam)?;
-    for crd in ["ippools.yaml", "overlappingrangeipreservations.yaml"] {
-        api.apply(&std::fs::read_to_string(wb_dir.join(crd))?)?;
-    }
-    api.apply(WHEREABOUTS_RBAC)?;
-    let established = api.kubectl(
-        &[
-            &["wait", "--for=condition=Established", "--timeout=60s"][..],
-            &WHEREABOUTS_CRDS[..],
-        ]
-        .concat(),
-    )?;
-    if !established.status.success() {
-        return Err(io::Error::other(format!(
-            "whereabouts' CRDs never became Established: {}",
-            String::from_utf8_lossy(&established.stderr)
-        )));
-    }
+    let mut api = apiserver_with_both_plugins(paths, &wb_dir)?;
     let node_kubeconfig = api.node_kubeconfig(NODE)?;
     let wb_kubeconfig = api.client_kubeconfig("whereabouts", WHEREABOUTS_USER, &[])?;
     let version = |o: io::Result<std::process::Output>| {
@@ -286,62 +268,7 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
             WHEREABOUTS_RANGE,
         )?,
     ];
-    eprintln!(
-        "  whereabouts: {} ADD+DEL cycles per plugin, interleaved",
-        opts.cycles
-    );
-    let mut runner = Runner::new();
-    let mut firsts = Vec::new();
-    for plugin in &plugins {
-        let first = plugin.call(&mut runner, "ADD", "first")?;
-        if !first.success {
-            return Err(io::Error::other(format!(
-                "{}'s first ADD failed; its log: {}",
-                plugin.name,
-                tail(&plugin.node.log_file())
-            )));
-        }
-        firsts.push(first);
-    }
-    let began = Instant::now();
-    let mut calls: [Vec<(Finished, Finished)>; 2] = [Vec::new(), Vec::new()];
-    for i in 0..opts.cycles {
-        let id = format!("cycle-{i}");
-        for p in [i % 2, 1 - i % 2] {
-            let add = plugins[p].call(&mut runner, "ADD", &id)?;
-            let del = plugins[p].call(&mut runner, "DEL", &id)?;
-            calls[p].push((add, del));
-        }
-    }
-    let ended = Instant::now();
-    let events = api.audit_events()?;
-    let cycles: Vec<Cycles> = plugins
-        .iter()
-        .zip(&calls)
-        .zip(&firsts)
-        .map(|((plugin, calls), first)| {
-            let count = |f: &Finished| clock.requests(&events, &plugin.user, f) as f64;
-            let attributed: f64 = calls.iter().map(|(a, d)| count(a) + count(d)).sum();
-            let (from, to) = (clock.wall(began), clock.wall(ended));
-            let during = events
-                .iter()
-                .filter(|e| e.user == plugin.user && e.received >= from && e.received <= to)
-                .count();
-            Cycles {
-                add: calls.iter().map(|(a, _)| a.ms()).collect(),
-                del: calls.iter().map(|(_, d)| d.ms()).collect(),
-                add_requests: calls.iter().map(|(a, _)| count(a)).collect(),
-                del_requests: calls.iter().map(|(_, d)| count(d)).collect(),
-                first: *first,
-                first_requests: clock.requests(&events, &plugin.user, first),
-                failures: calls
-                    .iter()
-                    .map(|(a, d)| usize::from(!a.success) + usize::from(!d.success))
-                    .sum(),
-                unattributed: during.saturating_sub(attributed as usize),
-            }
-        })
-        .collect();
+    let cycles = run_cycles(&api, &clock, &plugins, opts)?;
 
     // The herd.
     let herd_cache = warm_cache(
@@ -371,6 +298,109 @@ pub fn run(paths: &Paths, opts: &Options) -> io::Result<Section> {
         herds.push(del_herd(&api, &clock, paths, plugin, opts.herd)?);
     }
     Ok(section(opts, &apiserver, &cycles, &herds, &plugins, paths))
+}
+
+/// An audited apiserver with wasm-ipam's manifests and whereabouts' CRDs (from
+/// `wb_dir`, once Established) and RBAC applied.
+fn apiserver_with_both_plugins(paths: &Paths, wb_dir: &Path) -> io::Result<KubeApi> {
+    let api = KubeApi::start_audited()?;
+    super::kube_store::apply_manifests(&api, &paths.wasm_ipam)?;
+    for crd in ["ippools.yaml", "overlappingrangeipreservations.yaml"] {
+        api.apply(&std::fs::read_to_string(wb_dir.join(crd))?)?;
+    }
+    api.apply(WHEREABOUTS_RBAC)?;
+    let established = api.kubectl(
+        &[
+            &["wait", "--for=condition=Established", "--timeout=60s"][..],
+            &WHEREABOUTS_CRDS[..],
+        ]
+        .concat(),
+    )?;
+    if !established.status.success() {
+        return Err(io::Error::other(format!(
+            "whereabouts' CRDs never became Established: {}",
+            String::from_utf8_lossy(&established.stderr)
+        )));
+    }
+    Ok(api)
+}
+
+/// Each plugin's first ADD, then `opts.cycles` ADD+DEL cycles, the plugins'
+/// interleaved; each plugin's figures, its requests from the apiserver's audit log.
+fn run_cycles(
+    api: &KubeApi,
+    clock: &Clock,
+    plugins: &[Plugin; 2],
+    opts: &Options,
+) -> io::Result<Vec<Cycles>> {
+    eprintln!(
+        "  whereabouts: {} ADD+DEL cycles per plugin, interleaved",
+        opts.cycles
+    );
+    let mut runner = Runner::new();
+    let mut firsts = Vec::new();
+    for plugin in plugins {
+        let first = plugin.call(&mut runner, "ADD", "first")?;
+        if !first.success {
+            return Err(io::Error::other(format!(
+                "{}'s first ADD failed; its log: {}",
+                plugin.name,
+                tail(&plugin.node.log_file())
+            )));
+        }
+        firsts.push(first);
+    }
+    let began = Instant::now();
+    let mut calls: [Vec<(Finished, Finished)>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..opts.cycles {
+        let id = format!("cycle-{i}");
+        for p in [i % 2, 1 - i % 2] {
+            let add = plugins[p].call(&mut runner, "ADD", &id)?;
+            let del = plugins[p].call(&mut runner, "DEL", &id)?;
+            calls[p].push((add, del));
+        }
+    }
+    let ended = Instant::now();
+    let events = api.audit_events()?;
+    let during = (clock.wall(began), clock.wall(ended));
+    Ok(plugins
+        .iter()
+        .zip(&calls)
+        .zip(&firsts)
+        .map(|((plugin, calls), first)| cycles_of(clock, &events, during, plugin, calls, first))
+        .collect())
+}
+
+/// `plugin`'s cycles' figures: its `calls`' times and requests, its `first` ADD's,
+/// and its requests `during` the cycles that fell in no call's window.
+fn cycles_of(
+    clock: &Clock,
+    events: &[AuditEvent],
+    during: (SystemTime, SystemTime),
+    plugin: &Plugin,
+    calls: &[(Finished, Finished)],
+    first: &Finished,
+) -> Cycles {
+    let count = |f: &Finished| clock.requests(events, &plugin.user, f) as f64;
+    let attributed: f64 = calls.iter().map(|(a, d)| count(a) + count(d)).sum();
+    let (from, to) = during;
+    let during = events
+        .iter()
+        .filter(|e| e.user == plugin.user && e.received >= from && e.received <= to)
+        .count();
+    Cycles {
+        add: calls.iter().map(|(a, _)| a.ms()).collect(),
+        del: calls.iter().map(|(_, d)| d.ms()).collect(),
+        add_requests: calls.iter().map(|(a, _)| count(a)).collect(),
+        del_requests: calls.iter().map(|(_, d)| count(d)).collect(),
+        first: *first,
+        first_requests: clock.requests(events, &plugin.user, first),
+        failures: calls
+            .iter()
+            .map(|(a, d)| usize::from(!a.success) + usize::from(!d.success))
+            .sum(),
+        unattributed: during.saturating_sub(attributed as usize),
+    }
 }
 
 /// `n` pods' ADDs one after the other, then their DELs at once.
@@ -479,6 +509,63 @@ fn section(
     plugins: &[Plugin; 2],
     paths: &Paths,
 ) -> Section {
+    let mut body = setup_text(opts, apiserver);
+    body += &table(
+        &[
+            "plugin",
+            "failed calls",
+            "ADD p50 / p99",
+            "DEL p50 / p99",
+            "requests per ADD (median / max)",
+            "requests per DEL (median / max)",
+            "first ADD: requests (latency)",
+        ],
+        &cycle_rows(opts, cycles, plugins),
+    );
+    let unattributed: usize = cycles.iter().map(|c| c.unattributed).sum();
+    if unattributed > 0 {
+        body += &format!(
+            "\n{unattributed} request(s) of the plugins' identities during the cycles fell \
+             in no call's window.\n"
+        );
+    }
+    body += &herd_text(opts, herds, plugins);
+    body += &format!("\n{}\n", super::kube_store::machine_line(&paths.wasm_ipam));
+    Section {
+        title: "wasm-ipam beside whereabouts on one apiserver".into(),
+        body,
+        targets: Vec::new(),
+    }
+}
+
+/// How both plugins were set up on the apiserver (`apiserver`, its version), what a
+/// request counts as, and how the sequential calls ran.
+fn setup_text(opts: &Options, apiserver: &str) -> String {
+    format!(
+        "One kube-apiserver {apiserver} (scripts/kube-peers.sh, on loopback, RBAC on, an \
+         etcd of its own, an audit log of every request at level Metadata) serves both \
+         plugins, each invoked as a runtime invokes it (`CNI_ARGS` with \
+         `K8S_POD_NAMESPACE` and `K8S_POD_NAME`): wasm-ipam running `examples/cluster-pool` \
+         ({WASM_IPAM_RANGE} in /26 blocks) on the Kubernetes store as \
+         `system:node:{NODE}`, its CRD and RBAC applied as `wasm-ipam kubernetes \
+         manifests` prints them; whereabouts v0.9.2 (scripts/whereabouts.sh, built from \
+         its Go module) with its CRDs from the same module, one `range` ({WHEREABOUTS_RANGE}), \
+         `ipam.kubernetes.kubeconfig` and a `configuration_path` file as its DaemonSet \
+         installs them, as an identity of its own with its ClusterRole's rights. Requests \
+         are the apiserver's audit events of each plugin's identity within each call's \
+         spawn-to-exit window, counted the same way for both.\n\n\
+         **Sequential calls.** Per plugin, a first ADD (wasm-ipam's claims the node's \
+         first block, whereabouts' creates its IPPool), then {} ADD+DEL cycles, each a \
+         fresh pod, the plugins' cycles interleaved (who goes first alternates). \
+         wasm-ipam's node limiter is opened wide (`qps` {CYCLE_QPS}, `burst` \
+         {CYCLE_BURST}), and each whereabouts process starts with client-go's full bucket \
+         of 10: neither waits on a limiter here.\n\n",
+        opts.cycles
+    )
+}
+
+/// The cycles table's rows: each plugin's figures, then wasm-ipam's to whereabouts'.
+fn cycle_rows(opts: &Options, cycles: &[Cycles], plugins: &[Plugin; 2]) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = plugins
         .iter()
         .zip(cycles)
@@ -512,46 +599,11 @@ fn section(
         ratio(w.del_requests.median(), b.del_requests.median()),
         String::new(),
     ]);
-    let mut body = format!(
-        "One kube-apiserver {apiserver} (scripts/kube-peers.sh, on loopback, RBAC on, an \
-         etcd of its own, an audit log of every request at level Metadata) serves both \
-         plugins, each invoked as a runtime invokes it (`CNI_ARGS` with \
-         `K8S_POD_NAMESPACE` and `K8S_POD_NAME`): wasm-ipam running `examples/cluster-pool` \
-         ({WASM_IPAM_RANGE} in /26 blocks) on the Kubernetes store as \
-         `system:node:{NODE}`, its CRD and RBAC applied as `wasm-ipam kubernetes \
-         manifests` prints them; whereabouts v0.9.2 (scripts/whereabouts.sh, built from \
-         its Go module) with its CRDs from the same module, one `range` ({WHEREABOUTS_RANGE}), \
-         `ipam.kubernetes.kubeconfig` and a `configuration_path` file as its DaemonSet \
-         installs them, as an identity of its own with its ClusterRole's rights. Requests \
-         are the apiserver's audit events of each plugin's identity within each call's \
-         spawn-to-exit window, counted the same way for both.\n\n\
-         **Sequential calls.** Per plugin, a first ADD (wasm-ipam's claims the node's \
-         first block, whereabouts' creates its IPPool), then {} ADD+DEL cycles, each a \
-         fresh pod, the plugins' cycles interleaved (who goes first alternates). \
-         wasm-ipam's node limiter is opened wide (`qps` {CYCLE_QPS}, `burst` \
-         {CYCLE_BURST}), and each whereabouts process starts with client-go's full bucket \
-         of 10: neither waits on a limiter here.\n\n",
-        opts.cycles
-    );
-    body += &table(
-        &[
-            "plugin",
-            "failed calls",
-            "ADD p50 / p99",
-            "DEL p50 / p99",
-            "requests per ADD (median / max)",
-            "requests per DEL (median / max)",
-            "first ADD: requests (latency)",
-        ],
-        &rows,
-    );
-    let unattributed: usize = cycles.iter().map(|c| c.unattributed).sum();
-    if unattributed > 0 {
-        body += &format!(
-            "\n{unattributed} request(s) of the plugins' identities during the cycles fell \
-             in no call's window.\n"
-        );
-    }
+    rows
+}
+
+/// The DEL herd: how it ran, each plugin's figures, and how the limiters differ.
+fn herd_text(opts: &Options, herds: &[Herd], plugins: &[Plugin; 2]) -> String {
     let herd_rows: Vec<Vec<String>> = plugins
         .iter()
         .zip(herds)
@@ -568,7 +620,7 @@ fn section(
             ]
         })
         .collect();
-    body += &format!(
+    let mut body = format!(
         "\n**The DEL herd.** Per plugin, on a network of its own: {n} pods' ADDs one after \
          the other, then their {n} DELs spawned at once, at client-go's default rate \
          (`qps` {HERD_QPS}, `burst` {HERD_BURST}): each whereabouts process's own (it \
@@ -599,10 +651,5 @@ fn section(
          × {HERD_QPS} a second.\n",
         n = opts.herd
     );
-    body += &format!("\n{}\n", super::kube_store::machine_line(&paths.wasm_ipam));
-    Section {
-        title: "wasm-ipam beside whereabouts on one apiserver".into(),
-        body,
-        targets: Vec::new(),
-    }
+    body
 }

@@ -122,35 +122,11 @@ impl From<Compile> for CniError {
 
 /// Runs the compiler child on `module` and returns the serialised artifact.
 fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u8>, Compile> {
-    let failed = |what: &str, e: std::io::Error| {
-        Compile::Failed(
-            CniError::new(
-                code::IO_FAILURE,
-                format!("cannot {what} the module compiler"),
-            )
-            .with_details(e),
-        )
-    };
-    let exe = compiler().map_err(|e| failed("find", e))?;
+    let exe = compiler().map_err(|e| cannot("find", e))?;
     let memory = limits.compile_memory;
-    // CPU time is a backstop for the wall-clock kill: parallel compilation may use
-    // every core, so allow it a multiple of the wall time.
-    let cpu_seconds = limits.compile_time.as_secs() * 4 + 2;
-    let mut command = Command::new(exe);
-    command
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            set_limit(libc::RLIMIT_DATA, memory)?;
-            set_limit(libc::RLIMIT_CPU, cpu_seconds)?;
-            set_limit(libc::RLIMIT_CORE, 0)
-        });
-    }
-    let mut child = command.spawn().map_err(|e| failed("start", e))?;
+    let mut child = bounded_command(exe, limits)
+        .spawn()
+        .map_err(|e| cannot("start", e))?;
     let (Some(mut stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -172,15 +148,65 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
     if read.is_err() {
         let _ = child.kill();
     }
-    let status = child.wait().map_err(|e| failed("wait for", e))?;
+    let status = child.wait().map_err(|e| cannot("wait for", e))?;
     let mut errors = String::new();
     let _ = stderr.take(STDERR_BYTES).read_to_string(&mut errors);
+    judged(module, path, limits, read.ok(), status, &errors)
+}
+
+/// A compile that could not `what` the compiler (find, start, wait for): a host
+/// failure, not the module's.
+fn cannot(what: &str, e: std::io::Error) -> Compile {
+    Compile::Failed(
+        CniError::new(
+            code::IO_FAILURE,
+            format!("cannot {what} the module compiler"),
+        )
+        .with_details(e),
+    )
+}
+
+/// The compiler `exe` as a child under `limits`: memory, CPU time, no core dump, an
+/// empty environment, its three streams piped.
+fn bounded_command(exe: std::path::PathBuf, limits: &Limits) -> Command {
+    let memory = limits.compile_memory;
+    // CPU time is a backstop for the wall-clock kill: parallel compilation may use
+    // every core, so allow it a multiple of the wall time.
+    let cpu_seconds = limits.compile_time.as_secs() * 4 + 2;
+    let mut command = Command::new(exe);
+    command
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            set_limit(libc::RLIMIT_DATA, memory)?;
+            set_limit(libc::RLIMIT_CPU, cpu_seconds)?;
+            set_limit(libc::RLIMIT_CORE, 0)
+        });
+    }
+    command
+}
+
+/// What the compiler's run on `module` (at `path`) gave: the artifact it wrote
+/// (`read`, none when it ran past the compile time), its exit `status` and its
+/// stderr `errors`, judged against `limits`.
+fn judged(
+    module: &[u8],
+    path: &Path,
+    limits: &Limits,
+    read: Option<std::io::Result<Vec<u8>>>,
+    status: std::process::ExitStatus,
+    errors: &str,
+) -> Result<Vec<u8>, Compile> {
     let refused = |msg: String| Compile::Refused(CniError::new(code::MODULE_REJECTED, msg));
     let name = path.display();
     let out_of_memory = || {
         refused(format!(
             "compiling module {name} needed more than ipam.compileMemoryMiB ({} MiB); refused",
-            memory >> 20
+            limits.compile_memory >> 20
         ))
         .with_details(errors.trim())
     };
@@ -190,16 +216,16 @@ fn compile_in_child(module: &[u8], path: &Path, limits: &Limits) -> Result<Vec<u
             limits.compile_time
         ))
     };
-    let timed_out = read.is_err() || status.signal() == Some(libc::SIGXCPU);
+    let timed_out = read.is_none() || status.signal() == Some(libc::SIGXCPU);
     let crashed = matches!(
         status.signal(),
         Some(libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS | libc::SIGKILL)
     );
     if timed_out {
         Err(too_slow())
-    } else if crashed || mentions_out_of_memory(&errors) {
+    } else if crashed || mentions_out_of_memory(errors) {
         Err(out_of_memory())
-    } else if let (Ok(Ok(artifact)), true) = (read, status.success()) {
+    } else if let (Some(Ok(artifact)), true) = (read, status.success()) {
         Ok(artifact)
     } else if status.code() == Some(i32::from(INVALID_COMPONENT)) {
         let message = match super::artifact::misbuilt(module) {

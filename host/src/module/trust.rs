@@ -273,6 +273,33 @@ impl Policies {
                 key_id: signature.key_id.clone(),
             });
         }
+        let verified = self.verify_against_each(module, signature, bytes)?;
+        let verdict = match (signature, verified) {
+            (Some(signature), true) => Verdict::Signed {
+                key_id: signature.key_id.clone(),
+            },
+            (signature, _) => Verdict::Unverified {
+                signer: signature.map(|s| s.key_id.clone()),
+            },
+        };
+        if let (Some(cache), Verdict::Signed { .. }) = (cache, &verdict)
+            && let Err(e) = cache.record_verdict(&verdict_name, &verdict.cache_line())
+        {
+            tracing::warn!(target: "cache", "{e}");
+        }
+        Ok(verdict)
+    }
+
+    /// Puts the module at `module` with `signature` to each policy: refused by one
+    /// that requires a signature it lacks or a key it does not list; whether the
+    /// signature was verified, once, with the first listed key it claims (`bytes`
+    /// reads the module then).
+    fn verify_against_each(
+        &self,
+        module: &Path,
+        signature: Option<&SignatureFile>,
+        bytes: impl FnOnce() -> Result<Vec<u8>, CniError>,
+    ) -> Result<bool, CniError> {
         let untrusted = |why: String| {
             CniError::new(
                 code::MODULE_UNTRUSTED,
@@ -317,20 +344,7 @@ impl Policies {
                 _ => {}
             }
         }
-        let verdict = match (signature, verified) {
-            (Some(signature), true) => Verdict::Signed {
-                key_id: signature.key_id.clone(),
-            },
-            (signature, _) => Verdict::Unverified {
-                signer: signature.map(|s| s.key_id.clone()),
-            },
-        };
-        if let (Some(cache), Verdict::Signed { .. }) = (cache, &verdict)
-            && let Err(e) = cache.record_verdict(&verdict_name, &verdict.cache_line())
-        {
-            tracing::warn!(target: "cache", "{e}");
-        }
-        Ok(verdict)
+        Ok(verified)
     }
 
     /// The verdict's name in the cache: a digest of every input it depends on.

@@ -765,41 +765,9 @@ impl Prepared for SqliteCommit<'_> {
         } = *self;
         let after: Usage = NodeUsage::from(before).plus(delta).into();
         let fail = sqlite_error("commit");
-        {
-            let mut upsert = tx
-                .prepare_cached(
-                    "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
-                )
-                .map_err(&fail)?;
-            let mut delete = tx
-                .prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")
-                .map_err(&fail)?;
-            for (i, (key, change)) in changes.iter().enumerate() {
-                if i.is_multiple_of(WRITES_PER_CLOCK_CHECK) && expired() {
-                    return Err(too_late(changes.len()));
-                }
-                match change {
-                    Some(value) => upsert.execute(params![network, key, value]),
-                    None => delete.execute([network, key]),
-                }
-                .map_err(&fail)?;
-            }
-        }
+        write_entries(&tx, network, changes, expired)?;
         if let Some((of, record)) = store.served_by.as_ref().filter(|(of, _)| of == network) {
-            // Written only when it changed: the same bytes would still cost a page.
-            let stored: Option<String> = tx
-                .prepare_cached("SELECT record FROM served_by WHERE network = ?1")
-                .and_then(|mut s| s.query_row([of], |r| r.get(0)).optional())
-                .map_err(&fail)?;
-            if stored.as_ref() != Some(record) {
-                tx.prepare_cached(
-                    "INSERT INTO served_by (network, record) VALUES (?1, ?2)
-                     ON CONFLICT (network) DO UPDATE SET record = excluded.record",
-                )
-                .and_then(|mut s| s.execute([of, record]))
-                .map_err(&fail)?;
-            }
+            write_served_by(&tx, of, record).map_err(&fail)?;
         }
         if let Some((_, change)) = store.attachment.as_ref().filter(|(of, _)| of == network) {
             write_attachment(&tx, network, change).map_err(&fail)?;
@@ -837,6 +805,57 @@ impl Prepared for SqliteCommit<'_> {
             }
         }
     }
+}
+
+/// Writes `changes` to `network`'s entries in `tx`, checking `expired` every
+/// `WRITES_PER_CLOCK_CHECK` writes.
+fn write_entries(
+    tx: &rusqlite::Transaction,
+    network: &str,
+    changes: &Changes,
+    expired: &dyn Fn() -> bool,
+) -> Result<(), CniError> {
+    let fail = sqlite_error("commit");
+    let mut upsert = tx
+        .prepare_cached(
+            "INSERT INTO entries (network, key, value) VALUES (?1, ?2, ?3)
+             ON CONFLICT (network, key) DO UPDATE SET value = excluded.value",
+        )
+        .map_err(&fail)?;
+    let mut delete = tx
+        .prepare_cached("DELETE FROM entries WHERE network = ?1 AND key = ?2")
+        .map_err(&fail)?;
+    for (i, (key, change)) in changes.iter().enumerate() {
+        if i.is_multiple_of(WRITES_PER_CLOCK_CHECK) && expired() {
+            return Err(too_late(changes.len()));
+        }
+        match change {
+            Some(value) => upsert.execute(params![network, key, value]),
+            None => delete.execute([network, key]),
+        }
+        .map_err(&fail)?;
+    }
+    Ok(())
+}
+
+/// Records in `tx` that `record` serves `network`, only when it changed: the same
+/// bytes would still cost a page.
+fn write_served_by(
+    tx: &rusqlite::Transaction,
+    network: &str,
+    record: &str,
+) -> rusqlite::Result<()> {
+    let stored: Option<String> = tx
+        .prepare_cached("SELECT record FROM served_by WHERE network = ?1")
+        .and_then(|mut s| s.query_row([network], |r| r.get(0)).optional())?;
+    if stored.as_deref() != Some(record) {
+        tx.prepare_cached(
+            "INSERT INTO served_by (network, record) VALUES (?1, ?2)
+             ON CONFLICT (network) DO UPDATE SET record = excluded.record",
+        )
+        .and_then(|mut s| s.execute([network, record]))?;
+    }
+    Ok(())
 }
 
 /// See [`super::restore`]: checks the backup is a whole wasm-ipam store, copies it

@@ -14,6 +14,7 @@ use crate::error::CniError;
 use crate::limits::Limits;
 use crate::module::bindings::capabilities::Origin;
 use crate::module::cache::ModuleCache;
+use crate::module::contract::Interfaces;
 use crate::module::file::ModuleFile;
 use crate::module::instance::{Compiled, ModuleHost};
 use crate::module::trust::{Policies, SignatureFile};
@@ -110,30 +111,12 @@ pub fn describe(
         policies.check(path, &sha256, signature.as_ref(), bytes, None)
     });
     let cached_before = cache.is_some_and(|c| c.artifact_path(&sha256).exists());
-    let mut description = Description {
-        module: path.display().to_string(),
-        sha256,
-        size: file.size(),
-        signed_by,
-        trust: match &verdict {
-            Ok(verdict) => verdict.describe(),
-            Err(e) => format!("REFUSED: {e}"),
-        },
-        contract: None,
-        exports_inspect: false,
-        exports_migrate: false,
-        exports_nodes: false,
-        exports_reservations: false,
-        exports_usage: false,
-        imports: Vec::new(),
-        exports: Vec::new(),
-        functions: None,
-        functions_unknown: None,
-        accepted: false,
-        refused_because: None,
-        cached_before,
-        compile: None,
+    let trust = match &verdict {
+        Ok(verdict) => verdict.describe(),
+        Err(e) => format!("REFUSED: {e}"),
     };
+    let mut description =
+        Description::of_file(path, sha256, file.size(), signed_by, trust, cached_before);
     if let Err(e) = verdict {
         description.refused_because = Some(e.to_string());
         return Ok(description);
@@ -155,46 +138,14 @@ pub fn describe(
         },
         milliseconds: started.elapsed().as_secs_f64() * 1000.0,
     });
-    let interfaces = &compiled.interfaces;
-    description.contract = interfaces.contract.map(|c| c.name());
-    description.exports_inspect = interfaces.inspect;
-    description.exports_migrate = interfaces.migrate;
-    description.exports_nodes = interfaces.nodes;
-    description.exports_reservations = interfaces.reservations;
-    description.exports_usage = interfaces.usage;
-    description.imports = interfaces
-        .imports
-        .iter()
-        .map(|(name, provided)| Import {
-            name: name.clone(),
-            provided: *provided,
-        })
-        .collect();
-    description.exports = interfaces.exports.clone();
-    let asks_capabilities = interfaces.capabilities;
+    description.record_interfaces(&compiled.interfaces);
+    let asks_capabilities = compiled.interfaces.capabilities;
     match host.link(path, compiled) {
         Ok(_) => description.accepted = true,
         Err(e) => description.refused_because = Some(e.to_string()),
     }
-    if description.accepted && asks_capabilities {
-        match answers::capabilities(path, cache, limits) {
-            Ok(functions) => {
-                description.functions = Some(functions.into_iter().map(Function::of).collect())
-            }
-            // A module that cannot answer this cannot answer a call either.
-            Err(e) => {
-                description.accepted = false;
-                description.refused_because = Some(answers::does_not_answer(path, &e).to_string());
-            }
-        }
-    } else if description.accepted {
-        description.functions_unknown = Some(format!(
-            "the module does not export cni:ipam/capabilities (since cni:ipam@0.2.2; it targets {})",
-            description
-                .contract
-                .as_deref()
-                .unwrap_or("an older contract")
-        ));
+    if description.accepted {
+        description.record_functions(path, cache, limits, asks_capabilities);
     }
     Ok(description)
 }
@@ -208,6 +159,87 @@ fn origin_text(origin: &str) -> &'static str {
 }
 
 impl Description {
+    /// What the file and the trust policies say of a module, before it is compiled:
+    /// nothing yet of its interfaces, not (yet) accepted.
+    fn of_file(
+        path: &Path,
+        sha256: String,
+        size: u64,
+        signed_by: Option<String>,
+        trust: String,
+        cached_before: bool,
+    ) -> Self {
+        Description {
+            module: path.display().to_string(),
+            sha256,
+            size,
+            signed_by,
+            trust,
+            contract: None,
+            exports_inspect: false,
+            exports_migrate: false,
+            exports_nodes: false,
+            exports_reservations: false,
+            exports_usage: false,
+            imports: Vec::new(),
+            exports: Vec::new(),
+            functions: None,
+            functions_unknown: None,
+            accepted: false,
+            refused_because: None,
+            cached_before,
+            compile: None,
+        }
+    }
+
+    /// Records what the compiled module targets, imports and exports.
+    fn record_interfaces(&mut self, interfaces: &Interfaces) {
+        self.contract = interfaces.contract.map(|c| c.name());
+        self.exports_inspect = interfaces.inspect;
+        self.exports_migrate = interfaces.migrate;
+        self.exports_nodes = interfaces.nodes;
+        self.exports_reservations = interfaces.reservations;
+        self.exports_usage = interfaces.usage;
+        self.imports = interfaces
+            .imports
+            .iter()
+            .map(|(name, provided)| Import {
+                name: name.clone(),
+                provided: *provided,
+            })
+            .collect();
+        self.exports = interfaces.exports.clone();
+    }
+
+    /// Records which functions of an accepted module are its own, by asking it when
+    /// it `asks_capabilities` (a module that cannot answer is refused), else why that
+    /// is unknown.
+    fn record_functions(
+        &mut self,
+        path: &Path,
+        cache: Option<&ModuleCache>,
+        limits: &Limits,
+        asks_capabilities: bool,
+    ) {
+        if asks_capabilities {
+            match answers::capabilities(path, cache, limits) {
+                Ok(functions) => {
+                    self.functions = Some(functions.into_iter().map(Function::of).collect())
+                }
+                // A module that cannot answer this cannot answer a call either.
+                Err(e) => {
+                    self.accepted = false;
+                    self.refused_because = Some(answers::does_not_answer(path, &e).to_string());
+                }
+            }
+        } else {
+            self.functions_unknown = Some(format!(
+                "the module does not export cni:ipam/capabilities (since cni:ipam@0.2.2; it targets {})",
+                self.contract.as_deref().unwrap_or("an older contract")
+            ));
+        }
+    }
+
     /// Whether the module does what `interface` is for: `no` if it does not export
     /// it; else, by its `capabilities`, `yes` if one of its functions is the module's
     /// own, the default's kind if none is; `exported` when the module does not say.
@@ -237,6 +269,15 @@ impl Description {
 
     pub fn text(&self) -> String {
         let mut out = String::new();
+        self.write_identity(&mut out);
+        self.write_interfaces(&mut out);
+        self.write_imports_exports_and_functions(&mut out);
+        self.write_verdict(&mut out);
+        out
+    }
+
+    /// The text's first lines: the file, its signature and trust, its contract.
+    fn write_identity(&self, out: &mut String) {
         let _ = writeln!(out, "module    {}", self.module);
         let _ = writeln!(out, "sha256    {}", self.sha256);
         let _ = writeln!(out, "size      {} bytes", self.size);
@@ -254,6 +295,11 @@ impl Description {
             "contract  {}",
             self.contract.as_deref().unwrap_or("none the host runs")
         );
+    }
+
+    /// A line per optional interface: whether the module does it, and the commands
+    /// that need it.
+    fn write_interfaces(&self, out: &mut String) {
         for (interface, exported, command) in [
             ("inspect", self.exports_inspect, "wasm-ipam list and stats"),
             (
@@ -279,6 +325,11 @@ impl Description {
                 self.implements(interface, exported)
             );
         }
+    }
+
+    /// The imports (each provided or not), the exports, and each function's origin
+    /// or why it is unknown.
+    fn write_imports_exports_and_functions(&self, out: &mut String) {
         let _ = writeln!(out, "imports");
         for import in &self.imports {
             let provided = if import.provided {
@@ -304,6 +355,10 @@ impl Description {
             }
             (None, None) => {}
         }
+    }
+
+    /// The text's last lines: accepted or why not, the compile, the cache before.
+    fn write_verdict(&self, out: &mut String) {
         match &self.refused_because {
             None => {
                 let _ = writeln!(out, "accepted  yes");
@@ -328,7 +383,6 @@ impl Description {
                 "no (before this command)"
             }
         );
-        out
     }
 }
 

@@ -228,19 +228,7 @@ pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
 /// `new`, making the project in `parent`.
 fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> {
     let name = &args.name;
-    let valid = name.len() <= 64
-        && name.starts_with(|c: char| c.is_ascii_alphabetic())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if !valid {
-        return Err(CniError::new(
-            code::INVALID_NETWORK_CONFIG,
-            format!(
-                "{name:?} cannot name a module: a letter, then letters, digits, - or _ (at most 64)"
-            ),
-        ));
-    }
+    refuse_invalid_name(name)?;
     let lib = name.replace('-', "_");
     let dir = parent.join(name);
     if dir.exists() {
@@ -250,22 +238,7 @@ fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> 
         ));
     }
     let mut notes = Vec::new();
-    let (templates, sdk) = match args.lang {
-        Lang::Rust => {
-            let sdk = sdk_dir(args.sdk.as_deref(), &RUST_SDK)?;
-            notes.push(format!("the SDK: {}", sdk.display()));
-            (RUST, format!("path = {:?}", sdk.to_string_lossy()))
-        }
-        Lang::Python => (PYTHON, String::new()),
-        Lang::Go => match &args.sdk {
-            Some(given) => {
-                let sdk = sdk_dir(Some(given), &GO_SDK)?;
-                notes.push(format!("the SDK: {}", sdk.display()));
-                (GO, sdk.to_string_lossy().into_owned())
-            }
-            None => (GO, "./guest-go".to_string()),
-        },
-    };
+    let (templates, sdk) = templates_and_sdk(args, &mut notes)?;
     let mut text = format!("made {name}/:\n");
     for template in templates {
         let path = dir.join(template.path);
@@ -285,8 +258,61 @@ fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> 
         text.push_str("  guest-go/ (the Go SDK)\n  wit/ipam.wit\n");
     }
     text.push_str("next:\n");
-    let next: &[String] = match args.lang {
-        Lang::Rust => &[
+    for step in next_steps(args.lang, name, &lib) {
+        text.push_str(&format!("  {step}\n"));
+    }
+    Ok((text, notes))
+}
+
+/// Refuses a name that cannot name a module (and its crate, package or file): a
+/// letter, then letters, digits, - or _, at most 64.
+fn refuse_invalid_name(name: &str) -> Result<(), CniError> {
+    let valid = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(CniError::new(
+            code::INVALID_NETWORK_CONFIG,
+            format!(
+                "{name:?} cannot name a module: a letter, then letters, digits, - or _ (at most 64)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The templates of `args.lang`, and what `{{sdk}}` stands for in them: the SDK a
+/// Rust crate uses (a note names it), a Go SDK given with `--sdk` (likewise), else
+/// the copy of the Go SDK made in the project.
+fn templates_and_sdk(
+    args: &New,
+    notes: &mut Vec<String>,
+) -> Result<(&'static [Template], String), CniError> {
+    Ok(match args.lang {
+        Lang::Rust => {
+            let sdk = sdk_dir(args.sdk.as_deref(), &RUST_SDK)?;
+            notes.push(format!("the SDK: {}", sdk.display()));
+            (RUST, format!("path = {:?}", sdk.to_string_lossy()))
+        }
+        Lang::Python => (PYTHON, String::new()),
+        Lang::Go => match &args.sdk {
+            Some(given) => {
+                let sdk = sdk_dir(Some(given), &GO_SDK)?;
+                notes.push(format!("the SDK: {}", sdk.display()));
+                (GO, sdk.to_string_lossy().into_owned())
+            }
+            None => (GO, "./guest-go".to_string()),
+        },
+    })
+}
+
+/// What to run next in a new `lang` project `name` (its library `lib`): test it,
+/// build it, make its first ADD.
+fn next_steps(lang: Lang, name: &str, lib: &str) -> Vec<String> {
+    match lang {
+        Lang::Rust => vec![
             format!("cd {name}"),
             "cargo test".into(),
             "cargo build --target wasm32-wasip2 --release".into(),
@@ -295,23 +321,19 @@ fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> 
                 cargo_target_dir(std::env::var("CARGO_TARGET_DIR").ok())
             ),
         ],
-        Lang::Python => &[
+        Lang::Python => vec![
             format!("cd {name}"),
             "python3 -m unittest".into(),
             "./build.sh".into(),
             format!("wasm-ipam try {lib}.wasm ADD --config net.json"),
         ],
-        Lang::Go => &[
+        Lang::Go => vec![
             format!("cd {name}"),
             "go test ./...".into(),
             "./build.sh".into(),
             format!("wasm-ipam try {lib}.wasm ADD --config net.json"),
         ],
-    };
-    for step in next {
-        text.push_str(&format!("  {step}\n"));
     }
-    Ok((text, notes))
 }
 
 /// The host's `ipam` keys as a Python set literal, for the Python template.

@@ -49,6 +49,42 @@ pub fn migrate(
     idle: Duration,
     budget: Duration,
 ) -> Result<String, CniError> {
+    refuse_unless_between_cluster_stores(from, to)?;
+    // This node's calls wait while the copy runs; the other nodes' are found by
+    // their last commits.
+    let _lock = crate::lock::acquire(&from.lock_file, Some(from.lock_timeout))?;
+    let mut old = open_refusing_missing(from, budget)?;
+    let mut new = open_refusing_missing(to, budget)?;
+    let snapshot = chosen(read_all(old.as_ref(), None)?, only, old.as_ref())?;
+    if snapshot.is_empty() {
+        return Err(CniError::config(format!(
+            "{} holds no network: nothing to move (is --netconf the old store's?)",
+            old.describe()
+        )));
+    }
+    refuse_networks_called_within_idle(old.as_ref(), &snapshot, idle)?;
+    if let Some(nothing_to_do) = already_moved(old.as_ref(), new.as_ref(), &snapshot)? {
+        return Ok(nothing_to_do);
+    }
+    let mut out = copy_in_batches(old.as_ref(), new.as_mut(), &snapshot)?;
+    verify_copy(old.as_mut(), new.as_mut(), &snapshot)?;
+    let total: usize = snapshot.values().map(BTreeMap::len).sum();
+    let _ = writeln!(
+        out,
+        "moved {total} entries of {} network(s) from {} to {}; point the nodes' ipam.store at the new store (wasm-ipam install --ipam-config) before they call again",
+        snapshot.len(),
+        old.describe(),
+        new.describe()
+    );
+    Ok(out)
+}
+
+/// Refuses unless `from` and `to` name two different cluster stores: the embedded
+/// store is a node's own, and a store cannot be moved onto its own kind.
+fn refuse_unless_between_cluster_stores(
+    from: &StoreAndLock,
+    to: &StoreAndLock,
+) -> Result<(), CniError> {
     let kind = |place: &StoreAndLock| match &place.store {
         crate::config::StoreConfig::Etcd(_) => Some("etcd"),
         crate::config::StoreConfig::Kubernetes(_) => Some("kubernetes"),
@@ -64,43 +100,58 @@ pub fn migrate(
             "--netconf and --to both name the {from_kind} store: store migrate moves a cluster from one cluster store to the other"
         )));
     }
-    // This node's calls wait while the copy runs; the other nodes' are found by
-    // their last commits.
-    let _lock = crate::lock::acquire(&from.lock_file, Some(from.lock_timeout))?;
-    let open = |place: &StoreAndLock| {
-        store::select::open(
-            &place.store,
-            &place.data_dir,
-            &place.node,
-            budget,
-            IfMissing::Refuse,
-        )
-    };
-    let mut old = open(from)?;
-    let mut new = open(to)?;
-    let snapshot = chosen(read_all(old.as_ref(), None)?, only, old.as_ref())?;
-    if snapshot.is_empty() {
-        return Err(CniError::config(format!(
-            "{} holds no network: nothing to move (is --netconf the old store's?)",
-            old.describe()
-        )));
-    }
+    Ok(())
+}
+
+/// Opens `place`'s store with `budget` for its requests; a store that does not exist
+/// is refused, never created.
+fn open_refusing_missing(
+    place: &StoreAndLock,
+    budget: Duration,
+) -> Result<Box<dyn Store>, CniError> {
+    store::select::open(
+        &place.store,
+        &place.data_dir,
+        &place.node,
+        budget,
+        IfMissing::Refuse,
+    )
+}
+
+/// Refuses when any node committed to a network of `snapshot` within `idle` (or its
+/// last commit is not recorded): the move is offline.
+fn refuse_networks_called_within_idle(
+    old: &dyn Store,
+    snapshot: &Snapshot,
+    idle: Duration,
+) -> Result<(), CniError> {
     let now = crate::health::unix_now();
     for network in snapshot.keys() {
-        for (node, last) in store::last_commits(old.as_ref(), network)? {
+        for (node, last) in store::last_commits(old, network)? {
             if let Some(refused) = busy(network, &node, last, now, idle) {
                 return Err(refused);
             }
         }
     }
-    let there = snapshot_of(new.as_ref(), &snapshot)?;
-    if there == snapshot {
-        return Ok(format!(
+    Ok(())
+}
+
+/// What to say when `new` already holds exactly `snapshot` (a finished run
+/// repeated); `None` when it holds none of it; refused when it holds something
+/// else of one of its networks.
+fn already_moved(
+    old: &dyn Store,
+    new: &dyn Store,
+    snapshot: &Snapshot,
+) -> Result<Option<String>, CniError> {
+    let there = snapshot_of(new, snapshot)?;
+    if &there == snapshot {
+        return Ok(Some(format!(
             "{} already holds every entry of {} (network(s) {}): nothing to do\n",
             new.describe(),
             old.describe(),
-            names(&snapshot)
-        ));
+            names(snapshot)
+        )));
     }
     if let Some((network, held)) = there.iter().find(|(_, held)| !held.is_empty()) {
         return Err(CniError::config(format!(
@@ -110,9 +161,19 @@ pub fn migrate(
             old.describe()
         )));
     }
+    Ok(None)
+}
+
+/// Copies each network of `snapshot` to `new` with its record of which module
+/// serves it, `BATCH_KEYS` keys per commit; a line per network, as text.
+fn copy_in_batches(
+    old: &dyn Store,
+    new: &mut dyn Store,
+    snapshot: &Snapshot,
+) -> Result<String, CniError> {
     let served = old.served_by()?;
     let mut out = String::new();
-    for (network, entries) in &snapshot {
+    for (network, entries) in snapshot {
         // A record that does not parse is left behind: the next call writes it anew.
         if let Some((_, Ok(record))) = served.iter().find(|(name, _)| name == network) {
             new.record_served_by(network, record);
@@ -121,7 +182,7 @@ pub fn migrate(
         for batch in keys.chunks(BATCH_KEYS) {
             // Each batch its own attempt: what the last one read (and wrote) is not a
             // version this one builds on.
-            afresh(new.as_mut());
+            afresh(new);
             let changes: Changes = batch
                 .iter()
                 .map(|(key, value)| ((*key).clone(), Some((*value).clone())))
@@ -140,22 +201,32 @@ pub fn migrate(
         }
         let _ = writeln!(out, "network {network}: {} entries", entries.len());
     }
+    Ok(out)
+}
+
+/// Checks after the copy that `old` still holds `snapshot` (no node committed
+/// meanwhile) and that `new` holds it key by key.
+fn verify_copy(
+    old: &mut dyn Store,
+    new: &mut dyn Store,
+    snapshot: &Snapshot,
+) -> Result<(), CniError> {
     // Both read afresh: a commit made since their last reads must show.
-    afresh(old.as_mut());
-    afresh(new.as_mut());
-    if snapshot_of(old.as_ref(), &snapshot)? != snapshot {
+    afresh(old);
+    afresh(new);
+    if &snapshot_of(old, snapshot)? != snapshot {
         return Err(CniError::new(
             code::TRY_AGAIN_LATER,
             format!(
                 "a node committed to {} while its networks were copied: the copy in {} misses it; remove the copy there (wasm-ipam forget NETWORK --netconf TO --force, for each of {}), stop the nodes' calls and run again",
                 old.describe(),
                 new.describe(),
-                names(&snapshot)
+                names(snapshot)
             ),
         ));
     }
-    let copied = snapshot_of(new.as_ref(), &snapshot)?;
-    if let Some(differs) = first_difference(&snapshot, &copied) {
+    let copied = snapshot_of(new, snapshot)?;
+    if let Some(differs) = first_difference(snapshot, &copied) {
         return Err(CniError::new(
             code::STORE_FAILURE,
             format!(
@@ -164,15 +235,7 @@ pub fn migrate(
             ),
         ));
     }
-    let total: usize = snapshot.values().map(BTreeMap::len).sum();
-    let _ = writeln!(
-        out,
-        "moved {total} entries of {} network(s) from {} to {}; point the nodes' ipam.store at the new store (wasm-ipam install --ipam-config) before they call again",
-        snapshot.len(),
-        old.describe(),
-        new.describe()
-    );
-    Ok(out)
+    Ok(())
 }
 
 /// The networks of `all` that `only` names (all when it names none); a name the

@@ -22,7 +22,7 @@ use crate::error::{CniError, code};
 use crate::module::bindings::nodes;
 use crate::module::question::ReleaseNode;
 use crate::operator::args::{Output, StoreArgs};
-use crate::operator::ask::{NetworkToAsk, Note};
+use crate::operator::ask::{Batch, NetworkToAsk, Note};
 use crate::pipeline::Writes;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -58,18 +58,7 @@ pub fn release_node(
     options: &Options,
     notes: &mut Vec<Note>,
 ) -> Result<Released, CniError> {
-    if !asked.shared() {
-        return Err(CniError::config(format!(
-            "network {}: its store is this node's own (embedded), so there is no other node to release; release-node is for a store nodes share (etcd)",
-            asked.network
-        )));
-    }
-    let own = asked.node_name();
-    if node == own {
-        return Err(CniError::config(format!(
-            "node {node} is the node this command runs as (ipam.nodeName, else the hostname): run it on a live node of the cluster"
-        )));
-    }
+    refuse_unless_another_node_of_a_shared_store(asked, node)?;
     let work = ReleaseNode {
         context: asked.nodes_context(),
         node: node.to_string(),
@@ -86,24 +75,7 @@ pub fn release_node(
     };
     let mut batches = 0usize;
     loop {
-        let batch = asked.run_batch("release-node", notes, |session| {
-            if let Some(refused) = session.module().refusal(&work) {
-                return Err(refused);
-            }
-            let now = session.granted_unix();
-            let last_commits = session.last_commits()?;
-            if !last_commits.iter().any(|(n, _)| n == node) {
-                let known = last_commits.iter().map(|(n, _)| n.clone()).collect();
-                return Ok(Released::NeverSeen(known));
-            }
-            if !options.force
-                && let Some(refused) = refusal(&last_commits, node, now, options.window)
-            {
-                return Err(refused);
-            }
-            session.ask(work.clone(), writes).map(Released::Report)
-        });
-        let batch = match batch {
+        let batch = match release_batch(asked, node, &work, writes, options, notes) {
             Ok(batch) => batch,
             Err(e) if batches == 0 => return Err(e),
             Err(e) => return Err(partial(e, &report, batches)),
@@ -135,6 +107,57 @@ pub fn release_node(
         );
     }
     Ok(Released::Report(report))
+}
+
+/// Refuses a network whose store is this node's own (no other node calls in it),
+/// and the node this command runs as.
+fn refuse_unless_another_node_of_a_shared_store(
+    asked: &NetworkToAsk,
+    node: &str,
+) -> Result<(), CniError> {
+    if !asked.shared() {
+        return Err(CniError::config(format!(
+            "network {}: its store is this node's own (embedded), so there is no other node to release; release-node is for a store nodes share (etcd)",
+            asked.network
+        )));
+    }
+    let own = asked.node_name();
+    if node == own {
+        return Err(CniError::config(format!(
+            "node {node} is the node this command runs as (ipam.nodeName, else the hostname): run it on a live node of the cluster"
+        )));
+    }
+    Ok(())
+}
+
+/// One run of the module's release of `node` (`work`), through the locked pipeline:
+/// refused when the node committed within the window (unless `--force`), never
+/// seen when it never committed to the network.
+fn release_batch(
+    asked: &NetworkToAsk,
+    node: &str,
+    work: &ReleaseNode,
+    writes: Writes,
+    options: &Options,
+    notes: &mut Vec<Note>,
+) -> Result<Batch<Released>, CniError> {
+    asked.run_batch("release-node", notes, |session| {
+        if let Some(refused) = session.module().refusal(work) {
+            return Err(refused);
+        }
+        let now = session.granted_unix();
+        let last_commits = session.last_commits()?;
+        if !last_commits.iter().any(|(n, _)| n == node) {
+            let known = last_commits.iter().map(|(n, _)| n.clone()).collect();
+            return Ok(Released::NeverSeen(known));
+        }
+        if !options.force
+            && let Some(refused) = refusal(&last_commits, node, now, options.window)
+        {
+            return Err(refused);
+        }
+        session.ask(work.clone(), writes).map(Released::Report)
+    })
 }
 
 /// Refuses `node` if it committed to `asked`'s network within the window (unless

@@ -106,17 +106,69 @@ pub fn read(given: &Path, context: Option<&str>) -> Result<NodeKubeconfig, CniEr
         ))
         .with_details(with_causes(&e))
     })?;
-    let (name, whose) = match context {
-        Some(name) => (name.to_string(), "ipam.store.context"),
-        None => match &read.current_context {
-            Some(name) if !name.is_empty() => (name.clone(), "its current-context"),
-            _ => {
-                return Err(CniError::config(format!(
-                    "--kubeconfig {shown}: it has no current-context: name one with \"context\" in --ipam-config's store"
-                )));
-            }
-        },
+    let (name, whose) = context_name(&read, context, given)?;
+    let (context_of, cluster, user) = context_parts(&read, &name, whose, given)?;
+    for (key, path) in files(&cluster, &user) {
+        if let Err(e) = std::fs::read(&path) {
+            return Err(CniError::config(format!(
+                "--kubeconfig {shown}: its {key} {path} cannot be read, and every call would read it"
+            ))
+            .with_details(e));
+        }
+    }
+    let server = cluster
+        .cluster
+        .as_ref()
+        .and_then(|c| c.server.clone())
+        .unwrap_or_default();
+    let copy = Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![cluster],
+        auth_infos: vec![user],
+        contexts: vec![context_of],
+        current_context: Some(name.clone()),
+        ..Kubeconfig::default()
     };
+    let mut text = serde_json::to_vec_pretty(&copy).expect("serialisable");
+    text.push(b'\n');
+    Ok(NodeKubeconfig {
+        source,
+        context: name,
+        server,
+        text,
+    })
+}
+
+/// The context the store uses in `read` (the kubeconfig `given`): `context`, else
+/// its current-context; with what named it, for messages.
+fn context_name(
+    read: &Kubeconfig,
+    context: Option<&str>,
+    given: &Path,
+) -> Result<(String, &'static str), CniError> {
+    match context {
+        Some(name) => Ok((name.to_string(), "ipam.store.context")),
+        None => match &read.current_context {
+            Some(name) if !name.is_empty() => Ok((name.clone(), "its current-context")),
+            _ => Err(CniError::config(format!(
+                "--kubeconfig {}: it has no current-context: name one with \"context\" in --ipam-config's store",
+                given.display()
+            ))),
+        },
+    }
+}
+
+/// Context `name` of `read` (the kubeconfig `given`, where `whose` named it), with
+/// the cluster and the user it names; refused naming what is missing and what there
+/// is instead.
+fn context_parts(
+    read: &Kubeconfig,
+    name: &str,
+    whose: &str,
+    given: &Path,
+) -> Result<(NamedContext, NamedCluster, NamedAuthInfo), CniError> {
+    let shown = given.display();
     let named = |kind: &str, names: Vec<&str>| {
         CniError::config(format!(
             "--kubeconfig {shown}: {whose} names context {name:?}, whose {kind} it does not have (it has: {})",
@@ -165,36 +217,7 @@ pub fn read(given: &Path, context: Option<&str>) -> Result<NodeKubeconfig, CniEr
                 read.auth_infos.iter().map(|u| u.name.as_str()).collect(),
             )
         })?;
-    for (key, path) in files(&cluster, &user) {
-        if let Err(e) = std::fs::read(&path) {
-            return Err(CniError::config(format!(
-                "--kubeconfig {shown}: its {key} {path} cannot be read, and every call would read it"
-            ))
-            .with_details(e));
-        }
-    }
-    let server = cluster
-        .cluster
-        .as_ref()
-        .and_then(|c| c.server.clone())
-        .unwrap_or_default();
-    let copy = Kubeconfig {
-        api_version: Some("v1".into()),
-        kind: Some("Config".into()),
-        clusters: vec![cluster],
-        auth_infos: vec![user],
-        contexts: vec![context_of],
-        current_context: Some(name.clone()),
-        ..Kubeconfig::default()
-    };
-    let mut text = serde_json::to_vec_pretty(&copy).expect("serialisable");
-    text.push(b'\n');
-    Ok(NodeKubeconfig {
-        source,
-        context: name,
-        server,
-        text,
-    })
+    Ok((context_of, cluster, user))
 }
 
 /// The files kube reads for `cluster` and `user` (a file whose `-data` is given is
@@ -336,9 +359,12 @@ mod tests {
 kind: Config
 clusters:
 - name: local
-  cluster: {{server: \"https://10.0.0.1:6443\", certificate-authority: pki/ca.crt}}
+  cluster:
+    server: \"https://10.0.0.1:6443\"
+    certificate-authority: pki/ca.crt
 - name: other
-  cluster: {{server: \"https://10.0.0.2:6443\"}}
+  cluster:
+    server: \"https://10.0.0.2:6443\"
 users:
 - name: node
   user: {{client-certificate: pki/node.crt, client-key: {user}}}

@@ -144,123 +144,52 @@ impl KubernetesStore {
         let own = self.own_home(network)?;
         let own_place = Place::node(network, &self.node);
         let own_name = own_place.name();
-        let mut own_spec = own
+        let own_spec = own
             .shard
             .as_ref()
             .map_or_else(|| Spec::empty(&own_place), |s| s.spec.clone());
-        let mut by_group: BTreeMap<&str, Vec<Change>> = BTreeMap::new();
-        for (key, change) in changes {
-            by_group.entry(group_of(key)).or_default().push(Change {
-                key: key.clone(),
-                put: change.as_ref().map(|v| Entry::new(key, v)),
-            });
-        }
-        let mut decision = Decision {
-            commit: commit_id(&self.node),
-            ..Decision::default()
+        let by_group = changes_by_group(changes);
+        let mut draft = Draft {
+            own_spec,
+            decision: Decision {
+                commit: commit_id(&self.node),
+                ..Decision::default()
+            },
+            targets: BTreeMap::new(),
+            delta: NodeUsage::default(),
         };
-        let mut targets: BTreeMap<String, Read> = BTreeMap::new();
-        let mut delta = NodeUsage::default();
         for (group, group_changes) in &by_group {
-            let (located, old) = self.group(network, group, true)?;
-            for change in group_changes {
-                let was = old.get(&change.key).map(|v| v.len() as u64);
-                let new = changes[&change.key].as_ref().map(|v| v.len() as u64);
-                delta = delta.plus(NodeUsage::of_change(&change.key, was, new));
-            }
-            let puts = group_changes.iter().any(|c| c.put.is_some());
-            let anchor = Place::entries(network, group);
-            // A group a runtime's call starts (or finds empty in another node's home)
-            // lies in this node's home from now on, while the home has room.
-            let homed_here = self.homing
-                && puts
-                && old.is_empty()
-                && located != Located::Own
-                && roomy(&own_spec);
-            // A group in an object of its own that this call changes: see `take_in`.
-            let taken = located == Located::Shared
-                && !old.is_empty()
-                && self.take_in(
-                    &self.load(&anchor, true)?,
-                    &mut own_spec,
-                    &mut decision,
-                    &mut targets,
-                );
-            match located {
-                Located::Own => own_spec.apply(group_changes),
-                Located::Shared if taken => own_spec.apply(group_changes),
-                _ if homed_here => {
-                    targets.insert(anchor.name(), self.load(&anchor, true)?);
-                    decision.homes.insert(anchor.name(), self.node.clone());
-                    if let Located::Home(node) = &located {
-                        let home = self.load(&Place::node(network, node), true)?;
-                        if home.shard.as_ref().is_some_and(|s| s.spec.holds(group)) {
-                            decision
-                                .dropped
-                                .entry(home.place.name())
-                                .or_default()
-                                .push(group.to_string());
-                        }
-                    }
-                    own_spec.apply(group_changes);
-                }
-                Located::Absent if !puts => {}
-                Located::Absent | Located::Shared => {
-                    targets.insert(anchor.name(), self.load(&anchor, true)?);
-                    decision
-                        .changes
-                        .entry(anchor.name())
-                        .or_default()
-                        .extend(group_changes.iter().cloned());
-                }
-                Located::Home(node) => {
-                    let home = Place::node(network, &node);
-                    targets.insert(home.name(), self.load(&home, true)?);
-                    decision
-                        .changes
-                        .entry(home.name())
-                        .or_default()
-                        .extend(group_changes.iter().cloned());
-                }
-            }
+            self.plan_group(network, group, group_changes, changes, &mut draft)?;
         }
         // A group in an object of its own that this call only read: taken in too, so
         // the node's steady calls read nothing but their home (cluster-pool's DEL reads
         // the node's block affinities and, in turn, each of its blocks). Read or
         // peeked: the lock the commit takes on it checks its version either way.
-        let only_read: Vec<Read> = {
-            let state = self.state.borrow();
-            let mut found: BTreeMap<String, Read> = BTreeMap::new();
-            for (name, read) in state.peeked.iter().chain(state.read.iter()) {
-                if read.place.role == Role::Entries
-                    && !by_group.contains_key(read.place.group.as_str())
-                    && read.shard.as_ref().is_some_and(|s| {
-                        s.spec.home.is_none() && s.spec.lock.is_none() && !s.spec.entries.is_empty()
-                    })
-                {
-                    found.insert(name.clone(), read.clone());
-                }
-            }
-            found.into_values().collect()
-        };
-        for read in &only_read {
-            self.take_in(read, &mut own_spec, &mut decision, &mut targets);
+        for read in &self.groups_only_read(&by_group) {
+            self.take_in(
+                read,
+                &mut draft.own_spec,
+                &mut draft.decision,
+                &mut draft.targets,
+            );
         }
         // Every other node's home this attempt read is locked too: that node's
         // one-write commits check nothing but their own home.
         for (name, read) in self.state.borrow().read.iter() {
             if read.place.role == Role::Node && *name != own_name {
-                targets.entry(name.clone()).or_insert_with(|| read.clone());
+                draft
+                    .targets
+                    .entry(name.clone())
+                    .or_insert_with(|| read.clone());
             }
         }
-        fits(network, &own_spec)?;
-        for read in targets.values() {
-            let shard = read
-                .shard
-                .clone()
-                .unwrap_or_else(|| Shard::new(&read.place, Spec::empty(&read.place)));
-            fits(network, &finished(&shard, &decision).spec)?;
-        }
+        draft.refuse_what_does_not_fit(network)?;
+        let Draft {
+            own_spec,
+            decision,
+            targets,
+            delta,
+        } = draft;
         Ok(Plan {
             own,
             own_spec,
@@ -268,6 +197,115 @@ impl KubernetesStore {
             decision,
             delta,
         })
+    }
+
+    /// Plans the changes `group_changes` of one group of `network` into `draft`: the
+    /// usage they add, and where they land (this node's home, or an object to lock),
+    /// by where the group lies and whether it moves into the home on the way.
+    fn plan_group(
+        &self,
+        network: &str,
+        group: &str,
+        group_changes: &[Change],
+        changes: &Changes,
+        draft: &mut Draft,
+    ) -> Result<(), CniError> {
+        let (located, old) = self.group(network, group, true)?;
+        for change in group_changes {
+            let was = old.get(&change.key).map(|v| v.len() as u64);
+            let new = changes[&change.key].as_ref().map(|v| v.len() as u64);
+            draft.delta = draft
+                .delta
+                .plus(NodeUsage::of_change(&change.key, was, new));
+        }
+        let puts = group_changes.iter().any(|c| c.put.is_some());
+        let anchor = Place::entries(network, group);
+        // A group a runtime's call starts (or finds empty in another node's home)
+        // lies in this node's home from now on, while the home has room.
+        let homed_here = self.homing
+            && puts
+            && old.is_empty()
+            && located != Located::Own
+            && roomy(&draft.own_spec);
+        // A group in an object of its own that this call changes: see `take_in`.
+        let taken = located == Located::Shared
+            && !old.is_empty()
+            && self.take_in(
+                &self.load(&anchor, true)?,
+                &mut draft.own_spec,
+                &mut draft.decision,
+                &mut draft.targets,
+            );
+        match located {
+            Located::Own => draft.own_spec.apply(group_changes),
+            Located::Shared if taken => draft.own_spec.apply(group_changes),
+            _ if homed_here => {
+                self.home_group_here(network, group, &anchor, &located, group_changes, draft)?
+            }
+            Located::Absent if !puts => {}
+            Located::Absent | Located::Shared => {
+                let target = self.load(&anchor, true)?;
+                draft.change_in(anchor.name(), target, group_changes);
+            }
+            Located::Home(node) => {
+                let home = Place::node(network, &node);
+                let target = self.load(&home, true)?;
+                draft.change_in(home.name(), target, group_changes);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves `group` (its object of its own at `anchor`, lying as `located` says)
+    /// into this node's home with `group_changes` applied: the object is locked and
+    /// names the home, and another node's home that holds it drops it.
+    fn home_group_here(
+        &self,
+        network: &str,
+        group: &str,
+        anchor: &Place,
+        located: &Located,
+        group_changes: &[Change],
+        draft: &mut Draft,
+    ) -> Result<(), CniError> {
+        draft
+            .targets
+            .insert(anchor.name(), self.load(anchor, true)?);
+        draft
+            .decision
+            .homes
+            .insert(anchor.name(), self.node.clone());
+        if let Located::Home(node) = located {
+            let home = self.load(&Place::node(network, node), true)?;
+            if home.shard.as_ref().is_some_and(|s| s.spec.holds(group)) {
+                draft
+                    .decision
+                    .dropped
+                    .entry(home.place.name())
+                    .or_default()
+                    .push(group.to_string());
+            }
+        }
+        draft.own_spec.apply(group_changes);
+        Ok(())
+    }
+
+    /// The groups in objects of their own (not homed, not locked, not empty) that
+    /// this attempt read or peeked and does not change (`by_group`), by name.
+    fn groups_only_read(&self, by_group: &BTreeMap<&str, Vec<Change>>) -> Vec<Read> {
+        let state = self.state.borrow();
+        let mut found: BTreeMap<String, Read> = BTreeMap::new();
+        for (name, read) in state.peeked.iter().chain(state.read.iter()) {
+            if read.place.role == Role::Entries
+                && !by_group.contains_key(read.place.group.as_str())
+                && read.shard.as_ref().is_some_and(|s| {
+                    s.spec.home.is_none() && s.spec.lock.is_none() && !s.spec.entries.is_empty()
+                })
+            {
+                found.insert(name.clone(), read.clone());
+            }
+        }
+        found.into_values().collect()
     }
 
     /// Takes the group whose object of its own `read` is (with its entries: one
@@ -417,17 +455,7 @@ impl KubernetesStore {
             delta,
         } = plan;
         targets.sort_by_key(|read| read.place.name());
-        let until = crate::health::unix_now()
-            + self
-                .api
-                .until()
-                .saturating_duration_since(Instant::now())
-                .as_secs();
-        let lock = Lock {
-            node: self.node.clone(),
-            commit: decision.commit.clone(),
-            until,
-        };
+        let lock = self.lock_until_the_deadline(&decision.commit);
         self.write_pending(Some(&Pending {
             commit: decision.commit.clone(),
             network: network.to_string(),
@@ -446,7 +474,38 @@ impl KubernetesStore {
         // Step 3: the decision, with this node's own changes, in its home.
         self.stamp(network, &mut own_spec, delta, &decision.commit);
         own_spec.decided = Some(decision.clone());
-        match self.put_home(&own, own_spec) {
+        self.decide_in_home(network, &own, own_spec, &decision, &locked)?;
+        self.finish_locked(locked, &decision)
+    }
+
+    /// The lock commit `commit` takes on each object: this node's, held until the
+    /// deadline of the store's requests.
+    fn lock_until_the_deadline(&self, commit: &str) -> Lock {
+        let until = crate::health::unix_now()
+            + self
+                .api
+                .until()
+                .saturating_duration_since(Instant::now())
+                .as_secs();
+        Lock {
+            node: self.node.clone(),
+            commit: commit.to_string(),
+            until,
+        }
+    }
+
+    /// Step 3: writes `own_spec`, which carries `decision`, as this node's home; from
+    /// then on the commit stands. Unless it is known to have landed, `locked` is
+    /// unlocked and the commit fails.
+    fn decide_in_home(
+        &self,
+        network: &str,
+        own: &Read,
+        own_spec: Spec,
+        decision: &Decision,
+        locked: &[Shard],
+    ) -> Result<(), CniError> {
+        match self.put_home(own, own_spec) {
             Ok(shard) => self.confirmed(network, &shard),
             Err(WriteFailure::Unknown(e)) => {
                 let looked = self.api.get(&own.place.name());
@@ -462,7 +521,7 @@ impl KubernetesStore {
                     }
                     looked => {
                         self.forget_home(network);
-                        self.unlock_all(&locked);
+                        self.unlock_all(locked);
                         return Err(match looked {
                             Ok(_) => Api::not_applied(e),
                             Err(_) => e,
@@ -472,20 +531,23 @@ impl KubernetesStore {
             }
             Err(WriteFailure::Conflict) => {
                 self.forget_home(network);
-                self.unlock_all(&locked);
+                self.unlock_all(locked);
                 return Err(self.note_conflict("the node's own home changed during the commit"));
             }
             Err(WriteFailure::Failed(e)) => {
-                self.unlock_all(&locked);
+                self.unlock_all(locked);
                 return Err(e);
             }
         }
+        Ok(())
+    }
 
-        // Step 4: each locked object as the commit leaves it. The commit stands
-        // already; one not written now is finished by whoever meets its lock.
+    /// Step 4: each locked object as the commit leaves it. The commit stands
+    /// already; one not written now is finished by whoever meets its lock.
+    fn finish_locked(&self, locked: Vec<Shard>, decision: &Decision) -> Result<Written, CniError> {
         for shard in locked {
             let name = shard.metadata.name.clone();
-            if let Err(e) = self.finish(shard, &decision) {
+            if let Err(e) = self.finish(shard, decision) {
                 tracing::warn!(
                     "kubernetes: commit {} decided, {PLURAL}/{name} not yet written: {e}; the next call finishes it",
                     decision.commit
@@ -505,6 +567,54 @@ pub(super) struct Plan {
     pub(super) targets: Vec<Read>,
     pub(super) decision: Decision,
     pub(super) delta: NodeUsage,
+}
+
+/// A plan as [`KubernetesStore::plan`] builds it, group by group: the home as the
+/// commit leaves it, the decision, the objects to lock by name, the usage added.
+struct Draft {
+    own_spec: Spec,
+    decision: Decision,
+    targets: BTreeMap<String, Read>,
+    delta: NodeUsage,
+}
+
+impl Draft {
+    /// Locks `target` (named `name`) and puts `group_changes` in the decision as its
+    /// changes.
+    fn change_in(&mut self, name: String, target: Read, group_changes: &[Change]) {
+        self.targets.insert(name.clone(), target);
+        self.decision
+            .changes
+            .entry(name)
+            .or_default()
+            .extend(group_changes.iter().cloned());
+    }
+
+    /// Refuses the plan when the home, or an object locked as the decision leaves
+    /// it, would hold more than one object may.
+    fn refuse_what_does_not_fit(&self, network: &str) -> Result<(), CniError> {
+        fits(network, &self.own_spec)?;
+        for read in self.targets.values() {
+            let shard = read
+                .shard
+                .clone()
+                .unwrap_or_else(|| Shard::new(&read.place, Spec::empty(&read.place)));
+            fits(network, &finished(&shard, &self.decision).spec)?;
+        }
+        Ok(())
+    }
+}
+
+/// `changes` as [`Change`]s, by the group each key belongs to.
+fn changes_by_group(changes: &Changes) -> BTreeMap<&str, Vec<Change>> {
+    let mut by_group: BTreeMap<&str, Vec<Change>> = BTreeMap::new();
+    for (key, change) in changes {
+        by_group.entry(group_of(key)).or_default().push(Change {
+            key: key.clone(),
+            put: change.as_ref().map(|v| Entry::new(key, v)),
+        });
+    }
+    by_group
 }
 
 /// `entries` as changes that put each of them.

@@ -33,8 +33,9 @@ pub fn all() -> String {
     format!("{}---\n{}---\n{}", crd(), rbac(), flow_control())
 }
 
+/// The CRD of the store's one resource: its names, its one version with the columns
+/// `kubectl get` shows, and the schema of its objects.
 pub fn crd() -> String {
-    let max_entries = super::objects::MAX_OBJECT_ENTRIES;
     format!(
         r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -54,15 +55,32 @@ spec:
     served: true
     storage: true
     additionalPrinterColumns:
-    - {{name: Network, type: string, jsonPath: .spec.network}}
-    - {{name: Role, type: string, jsonPath: .spec.role}}
-    - {{name: Group, type: string, jsonPath: .spec.group, description: "the entries' group, or the node of a node's record"}}
-    - {{name: Entries, type: integer, jsonPath: .spec.size}}
-    - {{name: Home, type: string, jsonPath: .spec.home, description: "the node whose home holds the group's entries"}}
-    - {{name: Locked-By, type: string, jsonPath: .spec.lock.node}}
-    - {{name: Age, type: date, jsonPath: .metadata.creationTimestamp}}
-    schema:
-      openAPIV3Schema:
+{columns}    schema:
+{schema}"#,
+        columns = printer_columns(),
+        schema = schema(),
+    )
+}
+
+/// The columns `kubectl get` shows for the store's objects, under the version's
+/// `additionalPrinterColumns`.
+fn printer_columns() -> &'static str {
+    r#"    - {name: Network, type: string, jsonPath: .spec.network}
+    - {name: Role, type: string, jsonPath: .spec.role}
+    - {name: Group, type: string, jsonPath: .spec.group, description: "the entries' group, or the node of a node's record"}
+    - {name: Entries, type: integer, jsonPath: .spec.size}
+    - {name: Home, type: string, jsonPath: .spec.home, description: "the node whose home holds the group's entries"}
+    - {name: Locked-By, type: string, jsonPath: .spec.lock.node}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+"#
+}
+
+/// The schema of an object (`openAPIV3Schema`), under the version's `schema`; a
+/// decision's part is [`decided_schema`].
+fn schema() -> String {
+    let max_entries = super::objects::MAX_OBJECT_ENTRIES;
+    format!(
+        r#"      openAPIV3Schema:
         type: object
         required: [spec]
         properties:
@@ -100,36 +118,7 @@ spec:
                   entries: {{type: integer}}
                   bytes: {{type: integer}}
                   last: {{type: integer}}
-              decided:
-                type: object
-                required: [commit]
-                properties:
-                  commit: {{type: string}}
-                  changes:
-                    type: object
-                    additionalProperties:
-                      type: array
-                      items:
-                        type: object
-                        required: [key]
-                        properties:
-                          key: {{type: string}}
-                          put:
-                            type: object
-                            required: [key]
-                            properties:
-                              key: {{type: string}}
-                              value: {{type: string}}
-                              valueBase64: {{type: string}}
-                  homes:
-                    type: object
-                    additionalProperties: {{type: string}}
-                  dropped:
-                    type: object
-                    additionalProperties:
-                      type: array
-                      items: {{type: string}}
-              aborted:
+{decided}              aborted:
                 type: array
                 maxItems: 64
                 items: {{type: string}}
@@ -139,8 +128,44 @@ spec:
                 type: array
                 maxItems: {max_entries}
                 items: {{type: string}}
-"#
+"#,
+        decided = decided_schema(),
     )
+}
+
+/// The schema of `spec.decided`, a commit across objects as its node's home records
+/// it (the commit, each object's changes, the groups it homes and drops).
+fn decided_schema() -> &'static str {
+    r#"              decided:
+                type: object
+                required: [commit]
+                properties:
+                  commit: {type: string}
+                  changes:
+                    type: object
+                    additionalProperties:
+                      type: array
+                      items:
+                        type: object
+                        required: [key]
+                        properties:
+                          key: {type: string}
+                          put:
+                            type: object
+                            required: [key]
+                            properties:
+                              key: {type: string}
+                              value: {type: string}
+                              valueBase64: {type: string}
+                  homes:
+                    type: object
+                    additionalProperties: {type: string}
+                  dropped:
+                    type: object
+                    additionalProperties:
+                      type: array
+                      items: {type: string}
+"#
 }
 
 pub fn rbac() -> String {

@@ -103,18 +103,7 @@ async fn publish(
         digest: oci::digest(module),
         size: module.len() as u64,
     };
-    // The CNCF Wasm OCI artifact's config: what it runs on and which layers it has.
-    let config = serde_json::to_vec(&json!({
-        "architecture": "wasm",
-        "os": "wasip2",
-        "layerDigests": [layer.digest],
-    }))
-    .expect("serialisable");
-    let config_descriptor = Descriptor {
-        media_type: oci::WASM_CONFIG.into(),
-        digest: oci::digest(&config),
-        size: config.len() as u64,
-    };
+    let (config, config_descriptor) = artifact_config(&layer);
     upload(
         &client,
         reference,
@@ -124,31 +113,10 @@ async fn publish(
     )
     .await?;
     upload(&client, reference, module, &layer.digest, &shown).await?;
-    let mut layer_json = layer.json();
-    layer_json["annotations"] = json!({"org.opencontainers.image.title": title});
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": oci::MANIFEST,
-        "config": config_descriptor.json(),
-        "layers": [layer_json],
-    }))
-    .expect("serialisable");
+    let manifest = artifact_manifest(&config_descriptor, &layer, title);
     let manifest_digest = oci::digest(&manifest);
     put_manifest(&client, reference, manifest.clone(), oci::MANIFEST, &shown).await?;
-    // Two digests, often confused: the manifest's (what a pull by digest names) and
-    // the module file's (what `ipam.moduleSha256` pins).
-    let pull_by_digest = Reference::with_digest(
-        reference.registry().to_string(),
-        reference.repository().to_string(),
-        manifest_digest.clone(),
-    );
-    let mut out = format!(
-        "pushed    {}\npull      {} (the manifest's digest)\nmodule    {} (sha256 {}: the file's, which ipam.moduleSha256 pins)\n",
-        oci::display(reference, Some(&manifest_digest)),
-        oci::display(&pull_by_digest, None),
-        path.display(),
-        oci::sha256_hex(&layer.digest).unwrap_or_default()
-    );
+    let mut out = pushed_text(reference, &manifest_digest, path, &layer);
     if let Some(signature) = signature {
         let subject = Descriptor {
             media_type: oci::MANIFEST.into(),
@@ -166,6 +134,61 @@ async fn publish(
         out += "unsigned  nodes whose trust policy requires a signature refuse it: sign it (minisign -Sm MODULE) and push again with --signature\n";
     }
     Ok(out)
+}
+
+/// The CNCF Wasm OCI artifact's config for the module `layer`: what it runs on and
+/// which layers it has; with its descriptor.
+fn artifact_config(layer: &Descriptor) -> (Vec<u8>, Descriptor) {
+    let config = serde_json::to_vec(&json!({
+        "architecture": "wasm",
+        "os": "wasip2",
+        "layerDigests": [layer.digest],
+    }))
+    .expect("serialisable");
+    let descriptor = Descriptor {
+        media_type: oci::WASM_CONFIG.into(),
+        digest: oci::digest(&config),
+        size: config.len() as u64,
+    };
+    (config, descriptor)
+}
+
+/// The artifact's manifest: `config`, and the module `layer` titled with its file
+/// name.
+fn artifact_manifest(config: &Descriptor, layer: &Descriptor, title: &str) -> Vec<u8> {
+    let mut layer_json = layer.json();
+    layer_json["annotations"] = json!({"org.opencontainers.image.title": title});
+    serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": oci::MANIFEST,
+        "config": config.json(),
+        "layers": [layer_json],
+    }))
+    .expect("serialisable")
+}
+
+/// What was pushed: the tag, the reference to pull by the manifest's digest, and the
+/// module file (at `path`, the `layer`) with its own digest.
+fn pushed_text(
+    reference: &Reference,
+    manifest_digest: &str,
+    path: &Path,
+    layer: &Descriptor,
+) -> String {
+    // Two digests, often confused: the manifest's (what a pull by digest names) and
+    // the module file's (what `ipam.moduleSha256` pins).
+    let pull_by_digest = Reference::with_digest(
+        reference.registry().to_string(),
+        reference.repository().to_string(),
+        manifest_digest.to_string(),
+    );
+    format!(
+        "pushed    {}\npull      {} (the manifest's digest)\nmodule    {} (sha256 {}: the file's, which ipam.moduleSha256 pins)\n",
+        oci::display(reference, Some(manifest_digest)),
+        oci::display(&pull_by_digest, None),
+        path.display(),
+        oci::sha256_hex(&layer.digest).unwrap_or_default()
+    )
 }
 
 /// Pushes `signature` as an artifact whose subject is `subject`, and lists it in the
