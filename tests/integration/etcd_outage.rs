@@ -19,15 +19,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Beyond a bound: process start, module load and the log, on a loaded 2-core CI.
 const MARGIN: Duration = Duration::from_secs(5);
 
-/// Waits until `ready` holds, for at most `limit`; `what` says what never happened.
-fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(started.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Outage {
     /// Killed: connections are refused at once.
@@ -322,7 +313,7 @@ fn a_commit_whose_answer_was_lost_is_resent_and_applies_once() {
     let probe = json!({"probe": {"counter": "n", "sleepMs": 2000}});
     let conf = node_conf(&node, "node-a", &probe_module(), &store, probe);
     let child = Call::new("ADD", "c1").spawn(&conf);
-    wait_for(
+    wait_until(
         "the call connected to a member",
         Duration::from_secs(60),
         || relays.iter().any(|r| r.answered.load(Ordering::SeqCst) > 0),

@@ -20,6 +20,9 @@ mod etcd;
 mod etcd_outage;
 mod etcd_upkeep;
 mod fair_lock;
+#[allow(dead_code, reason = "shared by several suites, each using part of it")]
+#[path = "../shared/flocks.rs"]
+mod flocks;
 mod fuzz_corpus;
 mod go_sdk;
 mod harness;
@@ -44,3 +47,7 @@ mod store;
 mod store_migrate;
 mod supply_chain;
 mod tutorial;
+#[path = "../shared/waiting.rs"]
+mod waiting;
+#[path = "../shared/wat_component.rs"]
+mod wat_component;

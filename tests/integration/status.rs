@@ -186,9 +186,7 @@ fn status_answers_within_a_second_while_a_thousand_calls_wait() {
         json!({"addresses": ["10.1.7.2/16"]}),
     );
     Call::new("ADD", "warm").run(&conf).assert_ok();
-    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
-    let held = std::fs::File::create(node.lock_file()).unwrap();
-    held.lock().unwrap();
+    let held = node.hold_lock();
     let mut herd = Vec::new();
     for i in 0..1000 {
         herd.push(Call::new("ADD", &format!("c{i}")).spawn(&conf));

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use support::containerd::{CannotRun, Containerd};
 use support::cri::REQUEST_TIMEOUT;
-use support::ipam::{Allocation, blocked_on_lock, has_exited, running_calls};
+use support::flocks::waits_on_a_flock;
+use support::ipam::{Allocation, has_exited, running_calls};
 use support::*;
 
 /// Starts a containerd for `test` with its own bridge and subnet, or says why the
@@ -215,7 +216,7 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
             "the pod's wasm-ipam ADD waits on the held lock",
             Duration::from_secs(120),
             || {
-                let waiting = calls("ADD").into_iter().find(|c| blocked_on_lock(c.pid));
+                let waiting = calls("ADD").into_iter().find(|c| waits_on_a_flock(c.pid));
                 assert!(
                     waiting.is_some() || !run.is_finished(),
                     "RunPodSandbox ended before its IPAM call was seen waiting on the lock"
@@ -248,7 +249,7 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
         || {
             calls("DEL")
                 .into_iter()
-                .find(|call| call.container_id == sandbox && blocked_on_lock(call.pid))
+                .find(|call| call.container_id == sandbox && waits_on_a_flock(call.pid))
         },
     );
     drop(holder);

@@ -6,14 +6,21 @@
 mod builds;
 pub mod containerd;
 pub mod cri;
+#[allow(dead_code, reason = "shared by several suites, each using part of it")]
+#[path = "../../../shared/flocks.rs"]
+pub mod flocks;
 pub mod image;
 pub mod ipam;
+#[allow(dead_code, reason = "shared by several suites, each using part of it")]
+#[path = "../../../shared/waiting.rs"]
+mod waiting;
+
+pub use waiting::wait_for;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
 
 pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,21 +84,6 @@ pub fn host_local_module() -> &'static Path {
 pub fn serial() -> MutexGuard<'static, ()> {
     static ONE: Mutex<()> = Mutex::new(());
     ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Polls `probe` until it gives a value; panics naming `what` if `limit` passes first.
-pub fn wait_for<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "waited {limit:?}, and never: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// Says that `test` was skipped and why, on the real stderr: the test harness captures

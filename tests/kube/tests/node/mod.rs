@@ -4,6 +4,11 @@
 #[path = "../../../shared/builds.rs"]
 mod builds;
 pub mod pods;
+#[allow(dead_code, reason = "shared by several suites, each using part of it")]
+#[path = "../../../shared/waiting.rs"]
+mod waiting;
+
+pub use waiting::{wait_for, wait_for_explained};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -385,31 +390,6 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
-}
-
-/// Polls `probe` until it gives a value; panics naming `what` if `limit` passes first.
-pub fn wait_for<T>(what: &str, limit: Duration, probe: impl FnMut() -> Option<T>) -> T {
-    wait_for_explained(what, limit, probe, String::new)
-}
-
-/// [`wait_for`], whose panic adds what `explain` finds then (the state the wait saw
-/// last, the logs' reasons): a CI run's failure must say why without a rerun.
-pub fn wait_for_explained<T>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl FnMut() -> Option<T>,
-    explain: impl FnOnce() -> String,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        if started.elapsed() >= limit {
-            panic!("waited {limit:?}, and never: {what}\n{}", explain());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 impl Node {
