@@ -164,37 +164,19 @@ fn a_group_over_4096_entries_is_refused_whole_and_any_network_name_is_stored() {
     );
 }
 
-/// A network of more objects than one list answer holds (the store lists 500 a
-/// page): `store check` counts every entry of every page, and `forget` removes every
-/// object of every page.
-#[test]
-fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
-    // An apiserver of its own: a forget cut short leaves the network's usage rows
-    // and entries apart until it is run again, which the other tests' `store check`
-    // across the shared apiserver would report.
-    let own = KubeApi::start();
-    apply_manifests(&own);
-    let network = "k-pages";
-    let node = Node::new();
-    let name = "k-pages-node";
-    let kubeconfig = own.kubeconfig_for(&format!("system:node:{name}"), &["system:nodes"]);
-    let mut conf = node.netconf(
-        "1.1.0",
-        &cluster_pool_module(),
-        json!({"cidr": "10.81.0.0/16"}),
-    );
-    conf["name"] = network.into();
-    conf["ipam"]["nodeName"] = name.into();
-    // A short deadline and a faster rate than the default, so each forget below gets
-    // through a few hundred objects in a few seconds.
-    conf["ipam"]["deadlineSeconds"] = json!(8);
-    conf["ipam"]["store"] = json!({"type": "kubernetes", "kubeconfig": kubeconfig, "qps": 25});
-    let conf_file = write_conf(&node, &conf);
-    // A reservation is a group of its own (an operator's command started it): its
-    // object is the model of 700 more, written as the admin would.
+/// Seeds `network` past one list page: a reservation made as an operator does (a
+/// group of its own) is the model of 700 more objects, written as the admin would.
+/// Returns the number seeded, the name of the node's home and its usage row counting
+/// them, as commits writing them would have (not yet written).
+fn seed_700_reservations(
+    own: &KubeApi,
+    node: &Node,
+    conf_file: &Path,
+    network: &str,
+) -> (usize, String, Value) {
     let (ok, out, err) = operator_on(
-        &node,
-        &conf_file,
+        node,
+        conf_file,
         &["reserve", "10.81.0.0/28", "--note", "seed"],
     );
     assert!(ok, "{out}{err}");
@@ -231,7 +213,6 @@ fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
                      "entries": [{"key": key, "value": value}]},
         }));
     }
-    // The node's usage row counts them, as commits writing them would have.
     let mut usage = home["spec"]["usage"].clone();
     usage["entries"] = json!(usage["entries"].as_i64().unwrap() + seeded as i64);
     usage["bytes"] = json!(usage["bytes"].as_i64().unwrap() + bytes as i64);
@@ -244,36 +225,17 @@ fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // Entries no usage row counts yet: check names the mismatch (code 104).
-    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
-    assert!(
-        !ok && stderr.contains("code 104")
-            && stderr.contains(&format!("network \"{network}\": its usage records")),
-        "{stdout}{stderr}"
-    );
-    let patch = json!({"spec": {"usage": usage}});
-    let out = own.kubectl(&[
-        "patch",
-        "ipamshards",
-        home["metadata"]["name"].as_str().unwrap(),
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ]);
-    assert!(out.status.success(), "{out:?}");
-    assert!(objects_on(&own, network).len() > 700);
+    let home_name = home["metadata"]["name"].as_str().unwrap().to_string();
+    (seeded, home_name, usage)
+}
 
-    // check reads every page: the entries it counts agree with the usage rows.
-    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
-    assert!(ok, "{stdout}{stderr}");
-    let held = entries_of(&objects_on(&own, network)).len();
-    assert!(held > seeded, "{held}");
-    // forget lists the network's objects page by page and removes them all, one
-    // request each: at 25 a second after a burst of 100, about 300 fit one command's
-    // 8 s, and the command says how far it got and to run it again.
+/// Runs `forget` until it succeeds: it lists the network's objects page by page and
+/// removes them all, one request each, and a run cut short by its deadline says how
+/// far it got and to run it again. Whether each run succeeded.
+fn forget_until_done(node: &Node, conf_file: &Path, network: &str) -> Vec<bool> {
     let mut runs = Vec::new();
     loop {
-        let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["forget", network]);
+        let (ok, stdout, stderr) = operator_on(node, conf_file, &["forget", network]);
         runs.push(ok);
         if ok {
             assert!(
@@ -291,6 +253,62 @@ fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
         );
         assert!(runs.len() < 6, "{runs:?}");
     }
+    runs
+}
+
+/// A network of more objects than one list answer holds (the store lists 500 a
+/// page): `store check` counts every entry of every page, and `forget` removes every
+/// object of every page.
+#[test]
+fn lists_of_several_pages_are_read_whole_by_check_and_forget() {
+    // An apiserver of its own: a forget cut short leaves the network's usage rows
+    // and entries apart until it is run again, which the other tests' `store check`
+    // across the shared apiserver would report.
+    let own = KubeApi::start();
+    apply_manifests(&own);
+    let network = "k-pages";
+    let node = Node::new();
+    let name = "k-pages-node";
+    let kubeconfig = own.kubeconfig_for(&format!("system:node:{name}"), &["system:nodes"]);
+    let mut conf = node.netconf(
+        "1.1.0",
+        &cluster_pool_module(),
+        json!({"cidr": "10.81.0.0/16"}),
+    );
+    conf["name"] = network.into();
+    conf["ipam"]["nodeName"] = name.into();
+    // A short deadline and a faster rate than the default, so each forget below gets
+    // through a few hundred objects in a few seconds.
+    conf["ipam"]["deadlineSeconds"] = json!(8);
+    conf["ipam"]["store"] = json!({"type": "kubernetes", "kubeconfig": kubeconfig, "qps": 25});
+    let conf_file = write_conf(&node, &conf);
+    let (seeded, home_name, usage) = seed_700_reservations(&own, &node, &conf_file, network);
+    // Entries no usage row counts yet: check names the mismatch (code 104).
+    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
+    assert!(
+        !ok && stderr.contains("code 104")
+            && stderr.contains(&format!("network \"{network}\": its usage records")),
+        "{stdout}{stderr}"
+    );
+    let patch = json!({"spec": {"usage": usage}});
+    let out = own.kubectl(&[
+        "patch",
+        "ipamshards",
+        &home_name,
+        "--type=merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(objects_on(&own, network).len() > 700);
+
+    // check reads every page: the entries it counts agree with the usage rows.
+    let (ok, stdout, stderr) = operator_on(&node, &conf_file, &["store", "check"]);
+    assert!(ok, "{stdout}{stderr}");
+    let held = entries_of(&objects_on(&own, network)).len();
+    assert!(held > seeded, "{held}");
+    // At 25 a second after a burst of 100, about 300 objects fit one command's 8 s.
+    let runs = forget_until_done(&node, &conf_file, network);
     eprintln!("forget of {held} entries in {} runs", runs.len());
     assert!(
         runs.len() >= 2,

@@ -340,21 +340,16 @@ fn a_vendor_signs_and_pushes_and_a_node_pulls_verifies_and_runs_it() {
     assert_eq!(node.store_entries("testnet"), before);
 }
 
-#[test]
-fn refused_pulls_write_nothing() {
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path();
-    let (key_a, public_a, _) = keypair(dir, "a");
-    let (key_b, _, id_b) = keypair(dir, "b");
-    let strict = policy(dir, "trust.json", true, &[&public_a]);
-    let with_policy = ["--trust-policy", strict.to_str().unwrap()];
-
-    // Unsigned, under a policy that requires a signature: the registry has none.
+/// Unsigned, under a policy that requires a signature (`with_policy`): refused, and
+/// so named when pushed; asked for by the module's own sha256 (what
+/// ipam.moduleSha256 pins) instead of the manifest's: refused, naming the
+/// difference; pulled by the manifest's digest: taken. Returns that digest.
+fn check_unsigned_and_module_digest_refused(dir: &Path, with_policy: &[&str]) -> String {
     let unsigned = release(dir, "unsigned", None);
     assert_refused(
         dir,
         &oci("vendor/unsigned:1"),
-        &with_policy,
+        with_policy,
         "the registry holds no signature for manifest sha256:",
     );
     let pushed = push(&unsigned, &oci("vendor/unsigned:2"), None);
@@ -363,7 +358,6 @@ fn refused_pulls_write_nothing() {
         "{pushed}"
     );
 
-    // By the module's own sha256 (what ipam.moduleSha256 pins), not the manifest's.
     let by_module_sha = format!(
         "{}@sha256:{}",
         oci("vendor/unsigned"),
@@ -384,20 +378,29 @@ fn refused_pulls_write_nothing() {
     let (ok, _, err) = pull(dir, manifest, &[]);
     assert!(ok, "pull by the manifest's digest: {err}");
     std::fs::remove_dir_all(dir.join("modules")).unwrap();
+    manifest_digest
+}
 
-    // Signed by a key the policy does not trust.
-    release(dir, "other-key", Some(&key_b));
+/// Signed by a key the policy does not trust (`key_b`, `id_b`), and a trusted key's
+/// (`key_a`) signature of another module: both refused.
+fn check_untrusted_signatures_refused(
+    dir: &Path,
+    with_policy: &[&str],
+    key_a: &Path,
+    (key_b, id_b): (&Path, &str),
+) {
+    release(dir, "other-key", Some(key_b));
     assert_refused(
         dir,
         &oci("vendor/other-key:1"),
-        &with_policy,
+        with_policy,
         &format!("signed by key {id_b}"),
     );
 
     // A trusted key's signature of another module.
     let module = unique_module(dir, "swapped", 0);
     let decoy = unique_module(dir, "decoy", 0);
-    sign(&key_a, &decoy, None);
+    sign(key_a, &decoy, None);
     push(
         &module,
         &oci("vendor/swapped:1"),
@@ -406,10 +409,17 @@ fn refused_pulls_write_nothing() {
     assert_refused(
         dir,
         &oci("vendor/swapped:1"),
-        &with_policy,
+        with_policy,
         "does not verify",
     );
+}
 
+/// References the registry cannot answer, each refused naming what it holds: a
+/// digest the repository does not have (7), a repository never pushed, malformed
+/// digests (before the registry is asked), and TAG@DIGEST whose tag now names another
+/// manifest (101). The manifest `manifest_digest` of vendor/unsigned:1 is still pulled
+/// by a tag that names it.
+fn check_wrong_references_refused(dir: &Path, manifest_digest: &str) {
     // A digest the repository does not have: refused as a wrong reference (7), with
     // what the repository holds.
     let absent = format!("{}@sha256:{}", oci("vendor/unsigned"), "0".repeat(64));
@@ -478,7 +488,13 @@ fn refused_pulls_write_nothing() {
     );
     assert!(ok, "a tag that names its digest is pulled: {err}");
     std::fs::remove_dir_all(dir.join("modules")).unwrap();
+}
 
+/// Bytes the registry serves that the manifest does not describe (its storage
+/// tampered with), a layer over moduleMaxMiB (refused from its descriptor) and a
+/// manifest over 1 MiB: each refused. `key_a` signs the release whose config blob the
+/// large manifest names.
+fn check_tampered_and_oversized_refused(dir: &Path, key_a: &Path) {
     // A layer whose bytes the registry serves changed (its storage tampered with).
     let tampered = release(dir, "tampered", None);
     let sha = sha256_hex(&tampered);
@@ -519,7 +535,7 @@ fn refused_pulls_write_nothing() {
     std::fs::write(&path, big.to_string()).unwrap();
     // The config blob it names (OCI's empty `{}`, which a signature artifact has)
     // must be in the repository for the registry to take it.
-    release(dir, "config-holder", Some(&key_a));
+    release(dir, "config-holder", Some(key_a));
     let status = Command::new("python3")
         .arg("-c")
         .arg(
@@ -537,6 +553,20 @@ fn refused_pulls_write_nothing() {
         .unwrap();
     assert!(status.success(), "PUT the large manifest");
     assert_refused(dir, &oci("vendor/config-holder:big"), &[], "over 1 MiB");
+}
+
+#[test]
+fn refused_pulls_write_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let (key_a, public_a, _) = keypair(dir, "a");
+    let (key_b, _, id_b) = keypair(dir, "b");
+    let strict = policy(dir, "trust.json", true, &[&public_a]);
+    let with_policy = ["--trust-policy", strict.to_str().unwrap()];
+    let manifest_digest = check_unsigned_and_module_digest_refused(dir, &with_policy);
+    check_untrusted_signatures_refused(dir, &with_policy, &key_a, (&key_b, &id_b));
+    check_wrong_references_refused(dir, &manifest_digest);
+    check_tampered_and_oversized_refused(dir, &key_a);
 
     // A registry that is down.
     let down = format!("oci://127.0.0.1:{}/vendor/unsigned:1", free_port());

@@ -7,6 +7,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::Duration;
 use support::containerd::{CannotRun, Containerd};
 use support::cri::REQUEST_TIMEOUT;
@@ -352,6 +353,55 @@ fn gc_leaks(stdout: &str) -> BTreeSet<(String, String, bool)> {
 /// nothing when the runtime cannot answer, answers an empty list, or the leaks are
 /// younger than the grace period; and with the default grace it never releases a pod
 /// being started by a herd of RunPodSandbox calls racing it.
+/// Runs pod `name` on `containerd`: its sandbox's id. A failure shows the end of
+/// containerd's log.
+fn run_pod(containerd: &Containerd, name: &str) -> String {
+    containerd
+        .cri
+        .run_pod_sandbox(containerd.pod_config(name), REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| {
+            panic!(
+                "RunPodSandbox {name}: {e}\ncontainerd's log ends:\n{}",
+                containerd.log_tail()
+            )
+        })
+}
+
+/// `gc` with the default grace racing a herd of eight pods being started: none of
+/// theirs goes. The herd's sandboxes.
+fn check_gc_spares_a_herd_being_started(
+    containerd: &Containerd,
+    bin: &Path,
+    endpoint: &str,
+) -> BTreeSet<String> {
+    // The default grace racing a herd of pods being started: none of theirs goes.
+    let herd: BTreeSet<String> = std::thread::scope(|s| {
+        let pods: Vec<_> = (0..8)
+            .map(|i| s.spawn(move || run_pod(containerd, &format!("herd-{i}"))))
+            .collect();
+        let sweeps: Vec<_> = (0..4)
+            .map(|_| {
+                let ipam = &containerd.ipam;
+                s.spawn(move || ipam.gc(bin, &["--runtime-endpoint", endpoint, "--json"]))
+            })
+            .collect();
+        for sweep in sweeps {
+            let (ok, stdout, stderr) = sweep.join().unwrap();
+            assert!(ok, "{stderr}");
+            assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
+        }
+        pods.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let held: BTreeSet<String> = containerd
+        .ipam
+        .list(bin)
+        .into_iter()
+        .map(|a| a.container_id)
+        .collect();
+    assert!(herd.is_subset(&held), "a pod of the herd lost its address");
+    herd
+}
+
 #[test]
 fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     let _serial = serial();
@@ -363,19 +413,8 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
         return;
     };
     let bin = wasm_ipam_bin();
-    let run = |containerd: &Containerd, name: &str| {
-        containerd
-            .cri
-            .run_pod_sandbox(containerd.pod_config(name), REQUEST_TIMEOUT)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "RunPodSandbox {name}: {e}\ncontainerd's log ends:\n{}",
-                    containerd.log_tail()
-                )
-            })
-    };
     let lost: BTreeSet<String> = (0..3)
-        .map(|i| run(&containerd, &format!("lost-{i}")))
+        .map(|i| run_pod(&containerd, &format!("lost-{i}")))
         .collect();
     let lost_addresses: BTreeSet<(String, String)> = containerd
         .ipam
@@ -402,7 +441,7 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     assert_eq!(containerd.ipam.list(bin).len(), 3);
 
     let live: BTreeSet<String> = (0..2)
-        .map(|i| run(&containerd, &format!("live-{i}")))
+        .map(|i| run_pod(&containerd, &format!("live-{i}")))
         .collect();
     let live_ips: Vec<String> = live
         .iter()
@@ -452,34 +491,7 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
     assert_eq!(containerd.ipam.list(bin).len(), 5);
 
-    // The default grace racing a herd of pods being started: none of theirs goes.
-    let herd: BTreeSet<String> = std::thread::scope(|s| {
-        let pods: Vec<_> = (0..8)
-            .map(|i| {
-                let containerd = &containerd;
-                s.spawn(move || run(containerd, &format!("herd-{i}")))
-            })
-            .collect();
-        let sweeps: Vec<_> = (0..4)
-            .map(|_| {
-                let (ipam, endpoint) = (&containerd.ipam, &endpoint);
-                s.spawn(move || ipam.gc(bin, &["--runtime-endpoint", endpoint, "--json"]))
-            })
-            .collect();
-        for sweep in sweeps {
-            let (ok, stdout, stderr) = sweep.join().unwrap();
-            assert!(ok, "{stderr}");
-            assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
-        }
-        pods.into_iter().map(|p| p.join().unwrap()).collect()
-    });
-    let held: BTreeSet<String> = containerd
-        .ipam
-        .list(bin)
-        .into_iter()
-        .map(|a| a.container_id)
-        .collect();
-    assert!(herd.is_subset(&held), "a pod of the herd lost its address");
+    let herd = check_gc_spares_a_herd_being_started(&containerd, bin, &endpoint);
 
     // Released for real: exactly the lost ones, through the module's GC.
     let (ok, stdout, stderr) = containerd.ipam.gc(
