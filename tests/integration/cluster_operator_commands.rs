@@ -6,7 +6,64 @@ use crate::cluster_store::{Cluster, ClusterStore, on_both_stores};
 use crate::etcd::{block_owners, list_json, operator_on, write_conf};
 use crate::harness::*;
 use serde_json::{Value, json};
+use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// `store backup` and `restore` on a cluster store refuse, naming the store
+/// (`named`) and what keeps it, and so what backs it up and restores it, rather than
+/// copy the node's embedded store instead; nothing is written.
+fn check_backup_and_restore_refused(
+    store: &ClusterStore,
+    cluster: &Cluster,
+    conf_file: &Path,
+    named: &str,
+) {
+    let a = &cluster.nodes[0];
+    let backup = a.dir.path().join("backup");
+    let (ok, _, stderr) = operator_on(
+        a,
+        conf_file,
+        &["store", "backup", "--to", &backup.to_string_lossy()],
+    );
+    assert!(
+        !ok && stderr.contains("code 7")
+            && stderr.contains(named)
+            && stderr.contains("copies the embedded store only"),
+        "{stderr}"
+    );
+    assert!(!backup.exists(), "nothing written");
+    std::fs::write(&backup, "anything").unwrap();
+    let (ok, _, restore) = operator_on(
+        a,
+        conf_file,
+        &["store", "restore", "--from", &backup.to_string_lossy()],
+    );
+    assert!(!ok && restore.contains("code 7"), "{restore}");
+    match store {
+        ClusterStore::Etcd(etcd) => {
+            let endpoint = &etcd.endpoints()[0];
+            assert!(
+                stderr.contains(&format!("etcdctl --endpoints {endpoint} snapshot save")),
+                "{stderr}"
+            );
+            assert!(
+                restore.contains(named) && restore.contains("etcdutl snapshot restore"),
+                "{restore}"
+            );
+        }
+        ClusterStore::Kubernetes => {
+            assert!(
+                stderr.contains("kubectl get ipamshards -o yaml"),
+                "{stderr}"
+            );
+            assert!(
+                restore.contains(&*cluster.kubeconfig(0).to_string_lossy())
+                    && restore.contains("kubectl apply -f FILE"),
+                "{restore}"
+            );
+        }
+    }
+}
 
 on_both_stores!(store_commands_and_forget_work_on_the_cluster_store_a_netconf_names);
 /// The store commands and `forget` take `--netconf` like the others and work on the
@@ -32,51 +89,7 @@ fn store_commands_and_forget_work_on_the_cluster_store_a_netconf_names(store: &C
     assert!(ok, "{stderr}");
     assert!(stdout.starts_with(&format!("{named}: ok, ")), "{stdout}");
 
-    let backup = a.dir.path().join("backup");
-    let (ok, _, stderr) = operator_on(
-        a,
-        &conf_file,
-        &["store", "backup", "--to", &backup.to_string_lossy()],
-    );
-    assert!(
-        !ok && stderr.contains("code 7")
-            && stderr.contains(&named)
-            && stderr.contains("copies the embedded store only"),
-        "{stderr}"
-    );
-    assert!(!backup.exists(), "nothing written");
-    std::fs::write(&backup, "anything").unwrap();
-    let (ok, _, restore) = operator_on(
-        a,
-        &conf_file,
-        &["store", "restore", "--from", &backup.to_string_lossy()],
-    );
-    assert!(!ok && restore.contains("code 7"), "{restore}");
-    // What keeps each store, and so what backs it up and restores it, is the store's.
-    match store {
-        ClusterStore::Etcd(etcd) => {
-            let endpoint = &etcd.endpoints()[0];
-            assert!(
-                stderr.contains(&format!("etcdctl --endpoints {endpoint} snapshot save")),
-                "{stderr}"
-            );
-            assert!(
-                restore.contains(&named) && restore.contains("etcdutl snapshot restore"),
-                "{restore}"
-            );
-        }
-        ClusterStore::Kubernetes => {
-            assert!(
-                stderr.contains("kubectl get ipamshards -o yaml"),
-                "{stderr}"
-            );
-            assert!(
-                restore.contains(&*cluster.kubeconfig(0).to_string_lossy())
-                    && restore.contains("kubectl apply -f FILE"),
-                "{restore}"
-            );
-        }
-    }
+    check_backup_and_restore_refused(store, &cluster, &conf_file, &named);
 
     // forget: refused while the module reports an allocation, on any node.
     let forget = |network: &str, extra: &[&str]| {

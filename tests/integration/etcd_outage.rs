@@ -46,6 +46,26 @@ impl Outage {
     }
 }
 
+/// After `outage`, as a runtime does: the ADD of `id` with `conf` is tried again
+/// until it succeeds, which it does once the remembered silence has lapsed (the
+/// store's timeoutSeconds), each refusal a code 11. The address it got.
+fn add_until_served_again(conf: &Value, id: &str, outage: Outage) -> String {
+    let back = Instant::now();
+    loop {
+        let reply = Call::new("ADD", id).run(conf);
+        if reply.success {
+            return reply.address().to_string();
+        }
+        assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
+        assert!(
+            back.elapsed() < DEFAULT_TIMEOUT + MARGIN,
+            "{outage:?}: still refused {:?} after etcd came back: {reply:?}",
+            back.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// With the one member stopped, then frozen: one ADD at the defaults answers 11
 /// within `timeoutSeconds`; 20 calls queued on the node's lock behind it answer at
 /// once from the silence it met (at most two of them ask etcd), and a host-local
@@ -136,23 +156,7 @@ fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
         assert!(local_address.starts_with("10.84.0."), "{local_address}");
 
         outage.end(&mut etcd);
-        // As a runtime does: the call is tried again until it succeeds, which it
-        // does once the remembered silence has lapsed (the store's timeoutSeconds).
-        let id = format!("back{round}");
-        let back = Instant::now();
-        let address = loop {
-            let reply = Call::new("ADD", &id).run(&conf);
-            if reply.success {
-                break reply.address().to_string();
-            }
-            assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
-            assert!(
-                back.elapsed() < DEFAULT_TIMEOUT + MARGIN,
-                "{outage:?}: still refused {:?} after etcd came back: {reply:?}",
-                back.elapsed()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let address = add_until_served_again(&conf, &format!("back{round}"), outage);
         held.push(address.split('/').next().unwrap().to_string());
         let mut entries: Vec<String> = etcd
             .keys("/o/n/testnet/e/ip/")
