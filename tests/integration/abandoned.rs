@@ -76,11 +76,6 @@ fn wait_until_exited(pid: u32) {
     });
 }
 
-fn kill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
 /// Waits for the invocation line of the abandoned call (the process is reparented,
 /// so its exit cannot be waited on; its log line is the sign).
 fn abandoned_line(node: &Node, container: &str) -> Value {
@@ -124,7 +119,7 @@ fn a_call_whose_caller_dies_in_the_queue_gives_up_its_place() {
     drop(stdin);
     let pid = wasm_ipam_child(bash.id());
     wait_until_blocked_on_lock(pid);
-    kill(&mut bash);
+    kill_and_reap(&mut bash);
 
     // It leaves while the lock is still held: it was never granted.
     wait_until_exited(pid);
@@ -156,7 +151,7 @@ fn a_call_granted_after_its_caller_died_runs_nothing() {
     let mut stdin = bash.stdin.take().unwrap();
     let pid = wasm_ipam_child(bash.id());
     wait_until_reading_stdin(pid);
-    kill(&mut bash);
+    kill_and_reap(&mut bash);
     stdin.write_all(conf.to_string().as_bytes()).unwrap();
     drop(stdin);
 

@@ -181,11 +181,7 @@ fn calls_killed_at_random_instants_never_double_book_or_leak() {
             for id in &ids {
                 Call::new("DEL", id).run(&conf).assert_ok();
             }
-            let left: Vec<_> = node
-                .store_entries("testnet")
-                .into_iter()
-                .filter(|(k, _)| k.starts_with("ip/"))
-                .collect();
+            let left = node.address_entries("testnet");
             assert!(left.is_empty(), "round {round}: leaked {left:?}");
         }
     }

@@ -25,11 +25,6 @@ pub fn wait_until_queued(node: &Node, count: usize) {
     wait_until(&what, Duration::from_secs(120), || queued(node) >= count);
 }
 
-fn kill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
 /// Calls are served in the order they queued, and a newcomer never barges ahead of a
 /// queued call, even at an instant when the flock itself is free (flock would let it).
 #[test]
@@ -84,7 +79,7 @@ fn a_call_killed_while_queued_does_not_block_the_queue() {
     wait_until_queued(&node, 1);
     let behind = Call::new("DEL", "behind").spawn(&conf);
     wait_until_queued(&node, 2);
-    kill(&mut doomed);
+    kill_and_reap(&mut doomed);
     drop(holder);
     del_succeeds_soon(behind);
     assert_eq!(queued(&node), 0);
@@ -104,7 +99,7 @@ fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
     let behind = Call::new("DEL", "behind").spawn(&conf);
     wait_until_blocked_on_lock(behind.id());
     assert_eq!(queued(&node), 1);
-    kill(&mut holder);
+    kill_and_reap(&mut holder);
     del_succeeds_soon(behind);
     assert!(
         node.store_entries("testnet").is_empty(),
@@ -157,7 +152,7 @@ fn a_call_killed_while_clearing_dead_tickets_strands_none() {
         })
         .collect();
     for child in doomed.iter_mut().rev() {
-        kill(child);
+        kill_and_reap(child);
     }
     assert_eq!(queued(&node), 3);
     // The next passes all three and is killed at its second unlink: one cleared.

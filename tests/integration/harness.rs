@@ -44,6 +44,38 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
 /// machine: far beyond what either takes, so only a broken call reaches it.
 const LOCK_PATIENCE: Duration = Duration::from_secs(120);
 
+/// Waits for each spawned call in `children` and gathers the addresses their
+/// replies hand out, each once: as many as calls when none was handed out twice.
+pub fn distinct_addresses(
+    children: Vec<std::process::Child>,
+) -> std::collections::BTreeSet<String> {
+    children
+        .into_iter()
+        .map(|child| {
+            reply(child.wait_with_output().unwrap())
+                .address()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Kills `child` and reaps it, so no zombie outlives the test.
+pub fn kill_and_reap(child: &mut std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The median of `values`, and their lowest and highest: how the measuring tests
+/// report a figure and its noise.
+pub fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    )
+}
+
 /// Waits until process `pid` is blocked waiting for a flock (a `->` line in
 /// /proc/locks), so a test knows the call is queued on the lock.
 pub fn wait_until_blocked_on_lock(pid: u32) {
@@ -240,6 +272,15 @@ impl Node {
             .unwrap()
             .into_iter()
             .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect()
+    }
+
+    /// The `ip/` entries of `network` (the address keys host-local and the probe
+    /// write: address → holder), or nothing if the store was never made.
+    pub fn address_entries(&self, network: &str) -> Vec<(String, String)> {
+        self.store_entries(network)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("ip/"))
             .collect()
     }
 

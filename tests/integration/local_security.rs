@@ -288,15 +288,6 @@ fn one_data_dir_under_two_lock_files_hands_out_each_address_once() {
         .enumerate()
         .map(|(i, id)| Call::new("ADD", id).spawn(&confs[i % 2]))
         .collect();
-    let mut addresses: Vec<String> = children
-        .into_iter()
-        .map(|child| {
-            reply(child.wait_with_output().unwrap())
-                .address()
-                .to_string()
-        })
-        .collect();
-    addresses.sort();
-    addresses.dedup();
+    let addresses = distinct_addresses(children);
     assert_eq!(addresses.len(), 16, "an address was handed out twice");
 }

@@ -159,21 +159,8 @@ fn concurrent_adds_get_distinct_addresses() {
         .iter()
         .map(|id| Call::new("ADD", id).spawn(&conf))
         .collect();
-    let mut addresses: Vec<String> = children
-        .into_iter()
-        .map(|child| {
-            reply(child.wait_with_output().unwrap())
-                .address()
-                .to_string()
-        })
-        .collect();
-    addresses.sort();
-    addresses.dedup();
+    let addresses = distinct_addresses(children);
     assert_eq!(addresses.len(), 50, "50 ADDs got 50 distinct addresses");
-    let stored = node
-        .store_entries("testnet")
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
-        .count();
+    let stored = node.address_entries("testnet").len();
     assert_eq!(stored, 50);
 }

@@ -140,9 +140,8 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
         .collect();
     assert!(!kept.is_empty(), "the replaced store was not kept");
     let held: Vec<String> = node
-        .store_entries("testnet")
+        .address_entries("testnet")
         .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
         .map(|(_, v)| v)
         .collect();
     assert!(
