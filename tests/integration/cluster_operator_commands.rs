@@ -163,11 +163,8 @@ fn release_node(on: &Node, conf: &Value, node: &str, extra: &[&str]) -> (bool, S
         node.into(),
         "--netconf".into(),
         conf_file.into(),
-        "--lock-file".into(),
-        on.lock_file().into(),
-        "--data-dir".into(),
-        on.data_dir().into(),
     ];
+    args.extend(on.operator_flags().into_iter().map(Into::into));
     args.extend(extra.iter().map(Into::into));
     operator_output(args)
 }

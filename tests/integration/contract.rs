@@ -8,15 +8,6 @@ use crate::harness::*;
 use serde_json::{Value, json};
 use std::path::Path;
 
-fn store_args(node: &Node) -> Vec<String> {
-    vec![
-        "--data-dir".into(),
-        node.data_dir().to_string_lossy().into_owned(),
-        "--lock-file".into(),
-        node.lock_file().to_string_lossy().into_owned(),
-    ]
-}
-
 fn named(mut conf: Value, name: &str) -> Value {
     conf["name"] = name.into();
     conf
@@ -24,7 +15,7 @@ fn named(mut conf: Value, name: &str) -> Value {
 
 fn list_json(node: &Node, extra: &[&str]) -> (bool, Value, String) {
     let mut args = vec!["list".to_string(), "--json".into()];
-    args.extend(store_args(node));
+    args.extend(node.operator_flags());
     args.extend(extra.iter().map(|s| s.to_string()));
     let (ok, stdout, stderr) = operator_output(&args);
     (ok, serde_json::from_str(&stdout).expect(&stdout), stderr)
@@ -159,7 +150,7 @@ fn check_one_network_stats_and_reserve(node: &Node, v0_2_0: &Value) {
     assert!(ok, "{stderr}");
     assert_eq!(list.as_array().unwrap().len(), 1);
     let mut args = vec!["stats".to_string(), "--network".into(), "legacy".into()];
-    args.extend(store_args(node));
+    args.extend(node.operator_flags());
     let (ok, _, stderr) = operator_output(&args);
     assert!(
         !ok && stderr.contains("does not export inspect"),
@@ -173,14 +164,14 @@ fn check_one_network_stats_and_reserve(node: &Node, v0_2_0: &Value) {
         "--netconf".into(),
         file.display().to_string(),
     ];
-    args.extend(store_args(node));
+    args.extend(node.operator_flags());
     let (ok, _, stderr) = operator_output(&args);
     assert!(
         !ok && stderr.contains("does not export reservations"),
         "{stderr}"
     );
     let mut args = vec!["stats".to_string(), "--prometheus".into()];
-    args.extend(store_args(node));
+    args.extend(node.operator_flags());
     let (_, prom, _) = operator_output(&args);
     for line in [
         "wasm_ipam_addresses_in_use{network=\"hl\"} 1",
@@ -224,7 +215,7 @@ fn list_never_writes_and_a_network_without_a_record_needs_its_netconf() {
         ["list", "--network", "nobody"]
             .iter()
             .map(|s| s.to_string())
-            .chain(store_args(&node)),
+            .chain(node.operator_flags()),
     );
     assert!(!ok && stderr.contains("--netconf"), "{stderr}");
     let netconf = node.dir.path().join("net.conflist");
@@ -481,7 +472,7 @@ fn inspect_is_bounded_and_read_only() {
 
     let list = |network: &str| {
         let mut args = vec!["list".to_string(), "--network".into(), network.into()];
-        args.extend(store_args(&node));
+        args.extend(node.operator_flags());
         operator_output(&args)
     };
     let (ok, _, stderr) = list("write");

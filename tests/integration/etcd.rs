@@ -283,14 +283,8 @@ pub fn node_conf(node: &Node, name: &str, module: &Path, store: &Value, ipam: Va
 /// An operator command on `node`'s lock and data dir, with `conf_file` as its netconf.
 pub fn operator_on(node: &Node, conf_file: &Path, args: &[&str]) -> (bool, String, String) {
     let mut all: Vec<std::ffi::OsString> = args.iter().map(|a| a.into()).collect();
-    all.extend([
-        "--netconf".into(),
-        conf_file.into(),
-        "--lock-file".into(),
-        node.lock_file().into(),
-        "--data-dir".into(),
-        node.data_dir().into(),
-    ]);
+    all.extend(["--netconf".into(), conf_file.into()]);
+    all.extend(node.operator_flags().into_iter().map(Into::into));
     operator_output(all)
 }
 

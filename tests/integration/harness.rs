@@ -217,6 +217,17 @@ impl Node {
         self.dir.path().join("run/ipam.lock")
     }
 
+    /// The flags naming this node's data dir and lock file, as every operator command
+    /// that works on the node's store takes them.
+    pub fn operator_flags(&self) -> Vec<String> {
+        vec![
+            "--data-dir".into(),
+            self.data_dir().to_string_lossy().into_owned(),
+            "--lock-file".into(),
+            self.lock_file().to_string_lossy().into_owned(),
+        ]
+    }
+
     /// Holds the node's host-wide lock as another tool would (plain flock on
     /// `lockFile`), so the calls queue until the file is dropped.
     pub fn hold_lock(&self) -> std::fs::File {

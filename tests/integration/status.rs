@@ -9,16 +9,9 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 fn prometheus(node: &Node) -> String {
-    let data_dir = node.data_dir().to_string_lossy().into_owned();
-    let lock = node.lock_file().to_string_lossy().into_owned();
-    operator_command([
-        "stats",
-        "--prometheus",
-        "--data-dir",
-        &data_dir,
-        "--lock-file",
-        &lock,
-    ])
+    let mut args = vec!["stats".to_string(), "--prometheus".into()];
+    args.extend(node.operator_flags());
+    operator_command(args)
 }
 
 fn strict(conf: &Value) -> Value {

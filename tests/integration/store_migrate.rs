@@ -162,10 +162,7 @@ fn migrate_back(
     args.push(new_file.into());
     args.push("--to".into());
     args.push(old_file.into());
-    args.push("--lock-file".into());
-    args.push(old.nodes[0].lock_file().into());
-    args.push("--data-dir".into());
-    args.push(old.nodes[0].data_dir().into());
+    args.extend(old.nodes[0].operator_flags().into_iter().map(Into::into));
     args.extend(extra.iter().map(Into::into));
     crate::harness::operator_output(args)
 }
