@@ -346,10 +346,8 @@ fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
     // An operator command says so in one line and exits 1.
     let (node, _) = node_with_state();
     let out = Command::new(bin())
-        .args(["list", "--data-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
+        .arg("list")
+        .args(node.operator_flags())
         .env("WASM_IPAM_TEST_PANIC", "list")
         .output()
         .unwrap();

@@ -372,10 +372,7 @@ fn check_operator_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
             .arg(&none)
             .args(["--allow-empty", "--grace", "0s", "--json", "--netconf"])
             .arg(&conf_file)
-            .arg("--lock-file")
-            .arg(node.lock_file())
-            .arg("--data-dir")
-            .arg(node.data_dir())
+            .args(node.operator_flags())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         cmd
@@ -424,10 +421,7 @@ fn check_release_node_goes_in_batches(etcd: &Etcd, node: &Node) {
         let mut cmd = std::process::Command::new(bin());
         cmd.args(["release-node", "node-d", "--force", "--netconf"])
             .arg(&conf_file)
-            .arg("--lock-file")
-            .arg(node.lock_file())
-            .arg("--data-dir")
-            .arg(node.data_dir())
+            .args(node.operator_flags())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         cmd

@@ -233,10 +233,8 @@ fn list_into_a_closed_pipe_stops_quietly() {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let out = std::process::Command::new(bin())
-        .args(["list", "--data-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
+        .arg("list")
+        .args(node.operator_flags())
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()
