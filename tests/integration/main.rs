@@ -57,6 +57,8 @@ mod status;
 mod store;
 mod store_migrate;
 mod supply_chain;
+mod supply_chain_node_policy;
+mod supply_chain_refused;
 mod tutorial;
 #[path = "../shared/waiting.rs"]
 mod waiting;
