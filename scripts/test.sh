@@ -26,9 +26,9 @@ if ! [[ -x /usr/lib/cni/host-local && -x /usr/lib/cni/bridge && -x /usr/bin/time
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containernetworking-plugins iproute2 iputils-ping time strace util-linux iptables >/dev/null
 fi
 rustup component add clippy rustfmt >/dev/null 2>&1 || true
-# --- etcd, for tests/integration/etcd.rs (the cluster store against a real etcd,
-# started by the tests on loopback): Debian's etcd-server and etcdctl; and protoc,
-# which the etcd-client crate runs at build time to generate etcd's API.
+# --- etcd, for tests/integration/etcd*.rs and cluster_*.rs (the cluster store against
+# a real etcd, started by the tests on loopback): Debian's etcd-server and etcdctl;
+# and protoc, which the etcd-client crate runs at build time to generate etcd's API.
 if ! [[ -x /usr/bin/etcd && -x /usr/bin/etcdctl ]] || ! command -v protoc >/dev/null || ! command -v openssl >/dev/null; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server etcd-client protobuf-compiler openssl >/dev/null

@@ -29,3 +29,5 @@ pub mod operator;
 pub mod pipeline;
 pub mod store;
 pub mod test_hook;
+#[cfg(test)]
+pub mod test_support;

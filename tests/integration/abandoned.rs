@@ -6,10 +6,9 @@
 
 use crate::harness::*;
 use serde_json::{Value, json};
-use std::fs::File;
 use std::io::Write;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A main plugin: bash running wasm-ipam as its child, on bash's own stdin, and
 /// waiting for it (so bash is its parent until killed).
@@ -21,31 +20,25 @@ fn main_plugin(call: &Call) -> Child {
 
 /// The pid of `parent`'s child running wasm-ipam, once it has exec'd.
 fn wasm_ipam_child(parent: u32) -> u32 {
-    let started = Instant::now();
-    loop {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // pid (comm) state ppid ...
-            let Some((comm, rest)) = stat.split_once(") ") else {
-                continue;
-            };
-            let ppid = rest
-                .split_whitespace()
-                .nth(1)
-                .and_then(|p| p.parse::<u32>().ok());
-            if ppid == Some(parent) && comm.ends_with("(wasm-ipam") {
-                return pid;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "bash {parent} never ran wasm-ipam"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("bash {parent} ran wasm-ipam");
+    wait_for(&what, Duration::from_secs(60), || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+            .find(|&pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // pid (comm) state ppid ...
+                let Some((comm, rest)) = stat.split_once(") ") else {
+                    return false;
+                };
+                let ppid = rest
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|p| p.parse::<u32>().ok());
+                ppid == Some(parent) && comm.ends_with("(wasm-ipam")
+            })
+    })
 }
 
 /// Waits until `pid` is blocked reading its stdin (its first act after recording its
@@ -56,19 +49,17 @@ fn wait_until_reading_stdin(pid: u32) {
         "aarch64" => "63",
         other => panic!("read(2)'s number on {other} is not known here"),
     };
-    let started = Instant::now();
-    loop {
-        let syscall = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
-        let mut fields = syscall.split_whitespace();
-        if fields.next() == Some(read) && fields.next() == Some("0x0") {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "wasm-ipam {pid} never read its stdin: {syscall}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let syscall = || std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+    wait_for_explained(
+        &format!("wasm-ipam {pid} read its stdin"),
+        Duration::from_secs(60),
+        || {
+            let syscall = syscall();
+            let mut fields = syscall.split_whitespace();
+            (fields.next() == Some(read) && fields.next() == Some("0x0")).then_some(())
+        },
+        || format!("its syscall: {}", syscall()),
+    );
 }
 
 /// The state letter of `pid` (`S` sleeping, `Z` exited but not reaped), or `None`
@@ -79,39 +70,21 @@ fn state(pid: u32) -> Option<char> {
 }
 
 fn wait_until_exited(pid: u32) {
-    let started = Instant::now();
-    while !matches!(state(pid), None | Some('Z')) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "wasm-ipam {pid} is still running after its caller died"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn kill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let what = format!("wasm-ipam {pid} stopped running after its caller died");
+    wait_until(&what, Duration::from_secs(30), || {
+        matches!(state(pid), None | Some('Z'))
+    });
 }
 
 /// Waits for the invocation line of the abandoned call (the process is reparented,
 /// so its exit cannot be waited on; its log line is the sign).
 fn abandoned_line(node: &Node, container: &str) -> Value {
-    let started = Instant::now();
-    loop {
-        if let Some(line) = node
-            .log_lines("invocation")
+    let what = format!("an invocation line for {container}");
+    wait_for(&what, Duration::from_secs(30), || {
+        node.log_lines("invocation")
             .into_iter()
             .find(|l| l["container_id"] == container)
-        {
-            return line;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "no invocation line for {container}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// The probe logs a line whenever it runs, and an orphan's run would stage a write.
@@ -137,8 +110,7 @@ fn a_call_whose_caller_dies_in_the_queue_gives_up_its_place() {
     let conf = conf(&node);
     let ran_before = guest_lines(&node);
     let before = node.store_entries("testnet");
-    let holder = File::open(node.lock_file()).unwrap();
-    holder.lock().unwrap();
+    let holder = node.hold_lock();
 
     let call = Call::new("ADD", "orphan");
     let mut bash = main_plugin(&call);
@@ -147,7 +119,7 @@ fn a_call_whose_caller_dies_in_the_queue_gives_up_its_place() {
     drop(stdin);
     let pid = wasm_ipam_child(bash.id());
     wait_until_blocked_on_lock(pid);
-    kill(&mut bash);
+    kill_and_reap(&mut bash);
 
     // It leaves while the lock is still held: it was never granted.
     wait_until_exited(pid);
@@ -179,7 +151,7 @@ fn a_call_granted_after_its_caller_died_runs_nothing() {
     let mut stdin = bash.stdin.take().unwrap();
     let pid = wasm_ipam_child(bash.id());
     wait_until_reading_stdin(pid);
-    kill(&mut bash);
+    kill_and_reap(&mut bash);
     stdin.write_all(conf.to_string().as_bytes()).unwrap();
     drop(stdin);
 

@@ -12,14 +12,10 @@ fn expect_code(node: &Node, before: &[(String, String)], reply: Reply, code: u64
     reply
 }
 
-fn probe_conf(node: &Node, probe: Value) -> Value {
-    node.netconf("1.0.0", &probe_module(), json!({ "probe": probe }))
-}
-
 #[test]
 fn missing_environment_variables_are_code_4() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    let conf = node.probe_netconf(json!({ "probe": json!({"write": ["x=1"]}) }));
     for var in [
         "CNI_COMMAND",
         "CNI_CONTAINERID",
@@ -36,7 +32,7 @@ fn missing_environment_variables_are_code_4() {
 #[test]
 fn invalid_container_id_and_ifname_are_code_4() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    let conf = node.probe_netconf(json!({ "probe": json!({"write": ["x=1"]}) }));
     for id in ["-leading-dash", "has/slash", "has space"] {
         let reply = expect_code(&node, &before, Call::new("ADD", id).run(&conf), 4);
         assert!(reply.msg().contains("containerID"), "{}", reply.msg());
@@ -68,7 +64,7 @@ fn malformed_json_is_code_6() {
 #[test]
 fn unsupported_version_is_code_1() {
     let (node, before) = node_with_state();
-    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    let mut conf = node.probe_netconf(json!({ "probe": json!({"write": ["x=1"]}) }));
     conf["cniVersion"] = "0.2.0".into();
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 1);
     assert_eq!(reply.msg(), "incompatible CNI versions");
@@ -77,7 +73,7 @@ fn unsupported_version_is_code_1() {
 #[test]
 fn missing_module_key_is_code_7() {
     let (node, before) = node_with_state();
-    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    let mut conf = node.probe_netconf(json!({ "probe": json!({"write": ["x=1"]}) }));
     conf["ipam"].as_object_mut().unwrap().remove("module");
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 7);
     assert!(reply.msg().contains("ipam.module"));
@@ -241,9 +237,8 @@ fn a_misbuilt_artifact_is_refused_with_the_build_that_makes_the_module() {
 #[test]
 fn trapping_module_leaves_the_store_unchanged() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(
-        &node,
-        json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "trap"}),
+    let conf = node.probe_netconf(
+        json!({ "probe": json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "trap"}) }),
     );
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 102);
     let details = reply.json.unwrap()["details"].as_str().unwrap().to_string();
@@ -256,9 +251,8 @@ fn trapping_module_leaves_the_store_unchanged() {
 #[test]
 fn module_error_leaves_the_store_unchanged() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(
-        &node,
-        json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "error"}),
+    let conf = node.probe_netconf(
+        json!({ "probe": json!({"write": ["ip/10.0.0.10=c1\r\neth0"], "then": "error"}) }),
     );
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 142);
     assert_eq!(reply.msg(), "probe asked to fail");
@@ -267,7 +261,8 @@ fn module_error_leaves_the_store_unchanged() {
 #[test]
 fn memory_limit_stops_the_module() {
     let (node, before) = node_with_state();
-    let mut conf = probe_conf(&node, json!({"write": ["y=1"], "allocMib": 32}));
+    let mut conf =
+        node.probe_netconf(json!({ "probe": json!({"write": ["y=1"], "allocMib": 32}) }));
     conf["ipam"]["memoryLimitMiB"] = 16.into();
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 105);
     assert!(
@@ -286,9 +281,8 @@ fn memory_limit_stops_the_module() {
 #[test]
 fn lock_timeout_is_try_again_later() {
     let (node, before) = node_with_state();
-    let lock = std::fs::File::open(node.lock_file()).unwrap();
-    lock.lock().unwrap();
-    let mut conf = probe_conf(&node, json!({"write": ["x=1"]}));
+    let _held = node.hold_lock();
+    let mut conf = node.probe_netconf(json!({ "probe": json!({"write": ["x=1"]}) }));
     conf["ipam"]["lockTimeoutSeconds"] = 0.5.into();
     let reply = expect_code(&node, &before, Call::new("ADD", "c1").run(&conf), 11);
     assert!(reply.msg().contains("lock"), "{}", reply.msg());

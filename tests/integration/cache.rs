@@ -10,7 +10,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 fn conf_with_cache(node: &Node, cache: &Path) -> Value {
-    let mut conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let mut conf = node.probe_netconf(json!({}));
     conf["ipam"]["cacheDir"] = cache.to_string_lossy().into();
     conf
 }
@@ -256,8 +256,7 @@ fn waiting_on_another_calls_compile_is_bounded() {
     let second = node.dir.path().join("second");
     std::fs::create_dir(&second).unwrap();
     std::fs::set_permissions(&second, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let holder = std::fs::File::create(second.join(lock_name)).unwrap();
-    holder.lock().unwrap();
+    let _held = hold_flock(&second.join(lock_name));
     let mut conf = conf_with_cache(&node, &second);
     conf["ipam"]["compileTimeoutSeconds"] = 0.5.into();
     let (reply, measured) = Call::new("DEL", "c1").run_measured(&conf);

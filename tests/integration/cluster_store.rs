@@ -129,7 +129,7 @@ impl Cluster<'_> {
             ClusterStore::Etcd(etcd) => etcd.store(&self.prefix),
             // The node limiter's default (qps 5) would make these feature tests mostly
             // waiting, a call making 10 to 20 requests: the limiter is tested on its
-            // own in kube_store.rs.
+            // own in kube_store_flow_control.rs.
             ClusterStore::Kubernetes => json!({
                 "type": "kubernetes",
                 "kubeconfig": kube_store::node_kubeconfig(kube_store::api(), name),

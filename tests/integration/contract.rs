@@ -8,15 +8,6 @@ use crate::harness::*;
 use serde_json::{Value, json};
 use std::path::Path;
 
-fn store_args(node: &Node) -> Vec<String> {
-    vec![
-        "--data-dir".into(),
-        node.data_dir().to_string_lossy().into_owned(),
-        "--lock-file".into(),
-        node.lock_file().to_string_lossy().into_owned(),
-    ]
-}
-
 fn named(mut conf: Value, name: &str) -> Value {
     conf["name"] = name.into();
     conf
@@ -24,15 +15,24 @@ fn named(mut conf: Value, name: &str) -> Value {
 
 fn list_json(node: &Node, extra: &[&str]) -> (bool, Value, String) {
     let mut args = vec!["list".to_string(), "--json".into()];
-    args.extend(store_args(node));
+    args.extend(node.operator_flags());
     args.extend(extra.iter().map(|s| s.to_string()));
     let (ok, stdout, stderr) = operator_output(&args);
     (ok, serde_json::from_str(&stdout).expect(&stdout), stderr)
 }
 
-#[test]
-fn modules_of_every_contract_version_run_side_by_side() {
-    let node = Node::new();
+/// The node's four networks, one a contract version: `legacy` (0.1.0), `v020`
+/// (0.2.0, built against the frozen 0.2.0 with wit-bindgen alone: the host, built
+/// from 0.2.5, finds its 0.2.0 exports and serves its 0.2.0 imports), and `hl` and
+/// `mini` (0.2.5).
+struct Networks {
+    legacy: Value,
+    v0_2_0: Value,
+    host_local: Value,
+    minimal: Value,
+}
+
+fn networks(node: &Node) -> Networks {
     let legacy = named(
         node.netconf(
             "1.1.0",
@@ -57,8 +57,6 @@ fn modules_of_every_contract_version_run_side_by_side() {
         ),
         "mini",
     );
-    // Built against the frozen 0.2.0 with wit-bindgen alone: the host, built from
-    // 0.2.5, finds its 0.2.0 exports and serves its 0.2.0 imports.
     let v0_2_0 = named(
         node.netconf(
             "1.1.0",
@@ -67,49 +65,54 @@ fn modules_of_every_contract_version_run_side_by_side() {
         ),
         "v020",
     );
+    Networks {
+        legacy,
+        v0_2_0,
+        host_local,
+        minimal,
+    }
+}
 
-    // Every command of the 0.1.0 module, through the same call path.
-    assert_eq!(
-        Call::new("ADD", "c1").run(&legacy).address(),
-        "10.71.0.2/24"
-    );
-    assert_eq!(
-        Call::new("ADD", "c2").run(&legacy).address(),
-        "10.71.0.3/24"
-    );
-    assert_eq!(Call::new("ADD", "c3").run(&legacy).error_code(), 11);
-    Call::new("CHECK", "c1").run(&legacy).assert_ok();
-    Call::new("DEL", "c1").run(&legacy).assert_ok();
-    assert_eq!(Call::new("CHECK", "c1").run(&legacy).error_code(), 3);
-    Call::new("STATUS", "").run(&legacy).assert_ok();
+/// Every command of the 0.1.0 module, through the same call path, a 0.2.0 module's
+/// and the 0.2.5 ones'.
+fn check_every_version_answers_its_calls(networks: &Networks) {
+    let Networks {
+        legacy,
+        v0_2_0,
+        host_local,
+        minimal,
+    } = networks;
+    assert_eq!(Call::new("ADD", "c1").run(legacy).address(), "10.71.0.2/24");
+    assert_eq!(Call::new("ADD", "c2").run(legacy).address(), "10.71.0.3/24");
+    assert_eq!(Call::new("ADD", "c3").run(legacy).error_code(), 11);
+    Call::new("CHECK", "c1").run(legacy).assert_ok();
+    Call::new("DEL", "c1").run(legacy).assert_ok();
+    assert_eq!(Call::new("CHECK", "c1").run(legacy).error_code(), 3);
+    Call::new("STATUS", "").run(legacy).assert_ok();
     // A 0.2.0 module's.
-    assert_eq!(
-        Call::new("ADD", "c1").run(&v0_2_0).address(),
-        "10.75.0.2/24"
-    );
-    assert_eq!(
-        Call::new("ADD", "c2").run(&v0_2_0).address(),
-        "10.75.0.3/24"
-    );
-    Call::new("CHECK", "c2").run(&v0_2_0).assert_ok();
-    Call::new("DEL", "c1").run(&v0_2_0).assert_ok();
-    Call::new("STATUS", "").run(&v0_2_0).assert_ok();
+    assert_eq!(Call::new("ADD", "c1").run(v0_2_0).address(), "10.75.0.2/24");
+    assert_eq!(Call::new("ADD", "c2").run(v0_2_0).address(), "10.75.0.3/24");
+    Call::new("CHECK", "c2").run(v0_2_0).assert_ok();
+    Call::new("DEL", "c1").run(v0_2_0).assert_ok();
+    Call::new("STATUS", "").run(v0_2_0).assert_ok();
     // And the 0.2.5 ones.
     assert_eq!(
-        Call::new("ADD", "c1").run(&host_local).address(),
+        Call::new("ADD", "c1").run(host_local).address(),
         "10.72.0.2/24"
     );
     assert_eq!(
-        Call::new("ADD", "c1").run(&minimal).address(),
+        Call::new("ADD", "c1").run(minimal).address(),
         "10.73.0.2/29"
     );
-    Call::new("DEL", "c1").run(&minimal).assert_ok();
-    Call::new("DEL", "c1").run(&minimal).assert_ok();
-    Call::new("ADD", "c9").run(&minimal).assert_ok();
+    Call::new("DEL", "c1").run(minimal).assert_ok();
+    Call::new("DEL", "c1").run(minimal).assert_ok();
+    Call::new("ADD", "c9").run(minimal).assert_ok();
+}
 
-    // `list` asks each network's module: the 0.2.x ones answer, the 0.1.0 one cannot,
-    // says so, and makes the command fail without hiding the others.
-    let (ok, list, stderr) = list_json(&node, &[]);
+/// `list` asks each network's module: the 0.2.x ones answer, the 0.1.0 one cannot,
+/// says so, and makes the command fail without hiding the others.
+fn check_list_asks_each_module(node: &Node) {
+    let (ok, list, stderr) = list_json(node, &[]);
     assert!(!ok, "a network could not be listed: exit 1");
     assert!(
         stderr.contains("network legacy")
@@ -138,19 +141,21 @@ fn modules_of_every_contract_version_run_side_by_side() {
         ("v020", "10.75.0.3", "c2"),
         "its 0.2.0 inspect answered"
     );
+}
 
-    // One network at a time, and `stats` likewise.
-    let (ok, list, stderr) = list_json(&node, &["--network", "hl"]);
+/// One network at a time, and `stats` likewise; a 0.2.0 module (`v0_2_0`) keeps no
+/// reservations: reserve says so and changes nothing.
+fn check_one_network_stats_and_reserve(node: &Node, v0_2_0: &Value) {
+    let (ok, list, stderr) = list_json(node, &["--network", "hl"]);
     assert!(ok, "{stderr}");
     assert_eq!(list.as_array().unwrap().len(), 1);
     let mut args = vec!["stats".to_string(), "--network".into(), "legacy".into()];
-    args.extend(store_args(&node));
+    args.extend(node.operator_flags());
     let (ok, _, stderr) = operator_output(&args);
     assert!(
         !ok && stderr.contains("does not export inspect"),
         "{stderr}"
     );
-    // A 0.2.0 module keeps no reservations: reserve says so and changes nothing.
     let file = node.dir.path().join("v020.json");
     std::fs::write(&file, v0_2_0.to_string()).unwrap();
     let mut args = vec![
@@ -159,14 +164,14 @@ fn modules_of_every_contract_version_run_side_by_side() {
         "--netconf".into(),
         file.display().to_string(),
     ];
-    args.extend(store_args(&node));
+    args.extend(node.operator_flags());
     let (ok, _, stderr) = operator_output(&args);
     assert!(
         !ok && stderr.contains("does not export reservations"),
         "{stderr}"
     );
     let mut args = vec!["stats".to_string(), "--prometheus".into()];
-    args.extend(store_args(&node));
+    args.extend(node.operator_flags());
     let (_, prom, _) = operator_output(&args);
     for line in [
         "wasm_ipam_addresses_in_use{network=\"hl\"} 1",
@@ -178,6 +183,15 @@ fn modules_of_every_contract_version_run_side_by_side() {
         );
     }
     assert!(!prom.contains("network=\"legacy\""), "{prom}");
+}
+
+#[test]
+fn modules_of_every_contract_version_run_side_by_side() {
+    let node = Node::new();
+    let networks = networks(&node);
+    check_every_version_answers_its_calls(&networks);
+    check_list_asks_each_module(&node);
+    check_one_network_stats_and_reserve(&node, &networks.v0_2_0);
 }
 
 #[test]
@@ -201,7 +215,7 @@ fn list_never_writes_and_a_network_without_a_record_needs_its_netconf() {
         ["list", "--network", "nobody"]
             .iter()
             .map(|s| s.to_string())
-            .chain(store_args(&node)),
+            .chain(node.operator_flags()),
     );
     assert!(!ok && stderr.contains("--netconf"), "{stderr}");
     let netconf = node.dir.path().join("net.conflist");
@@ -458,7 +472,7 @@ fn inspect_is_bounded_and_read_only() {
 
     let list = |network: &str| {
         let mut args = vec!["list".to_string(), "--network".into(), network.into()];
-        args.extend(store_args(&node));
+        args.extend(node.operator_flags());
         operator_output(&args)
     };
     let (ok, _, stderr) = list("write");

@@ -105,7 +105,7 @@ fn a_call_killed_mid_commit_leaves_all_of_its_writes_or_none() {
     let mut seen_whole = false;
     for (syscalls, when) in points {
         let (node, before) = node_with_state();
-        let conf = node.netconf("1.0.0", &probe_module(), writes.clone());
+        let conf = node.probe_netconf(writes.clone());
         let killed = Call::new("ADD", "c1").run_killed_at(&conf, syscalls, when);
         assert!(
             !killed.success,
@@ -122,11 +122,7 @@ fn a_call_killed_mid_commit_leaves_all_of_its_writes_or_none() {
         );
         seen_whole |= after == whole;
         // And the store goes on working.
-        let next = node.netconf(
-            "1.0.0",
-            &probe_module(),
-            json!({"probe": {"write": ["k9=nine"]}}),
-        );
+        let next = node.probe_netconf(json!({"probe": {"write": ["k9=nine"]}}));
         Call::new("ADD", "c2").run(&next).assert_ok();
         assert!(
             node.store_entries("testnet")
@@ -185,11 +181,7 @@ fn calls_killed_at_random_instants_never_double_book_or_leak() {
             for id in &ids {
                 Call::new("DEL", id).run(&conf).assert_ok();
             }
-            let left: Vec<_> = node
-                .store_entries("testnet")
-                .into_iter()
-                .filter(|(k, _)| k.starts_with("ip/"))
-                .collect();
+            let left = node.address_entries("testnet");
             assert!(left.is_empty(), "round {round}: leaked {left:?}");
         }
     }
@@ -333,7 +325,7 @@ fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
         ("after-commit", true, 109),
     ] {
         let (node, before) = node_with_state();
-        let conf = node.netconf("1.0.0", &probe_module(), writes.clone());
+        let conf = node.probe_netconf(writes.clone());
         let reply = Call::new("ADD", "c1")
             .env("WASM_IPAM_TEST_PANIC", point)
             .run(&conf);
@@ -354,10 +346,8 @@ fn a_panic_answers_with_cni_error_json_and_leaves_the_store_whole() {
     // An operator command says so in one line and exits 1.
     let (node, _) = node_with_state();
     let out = Command::new(bin())
-        .args(["list", "--data-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
+        .arg("list")
+        .args(node.operator_flags())
         .env("WASM_IPAM_TEST_PANIC", "list")
         .output()
         .unwrap();

@@ -19,15 +19,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Beyond a bound: process start, module load and the log, on a loaded 2-core CI.
 const MARGIN: Duration = Duration::from_secs(5);
 
-/// Waits until `ready` holds, for at most `limit`; `what` says what never happened.
-fn wait_for(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ready() {
-        assert!(started.elapsed() < limit, "{what} within {limit:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 enum Outage {
     /// Killed: connections are refused at once.
@@ -52,6 +43,26 @@ impl Outage {
                 etcd.wait_until_healthy();
             }
         }
+    }
+}
+
+/// After `outage`, as a runtime does: the ADD of `id` with `conf` is tried again
+/// until it succeeds, which it does once the remembered silence has lapsed (the
+/// store's timeoutSeconds), each refusal a code 11. The address it got.
+fn add_until_served_again(conf: &Value, id: &str, outage: Outage) -> String {
+    let back = Instant::now();
+    loop {
+        let reply = Call::new("ADD", id).run(conf);
+        if reply.success {
+            return reply.address().to_string();
+        }
+        assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
+        assert!(
+            back.elapsed() < DEFAULT_TIMEOUT + MARGIN,
+            "{outage:?}: still refused {:?} after etcd came back: {reply:?}",
+            back.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -145,23 +156,7 @@ fn an_unreachable_etcd_costs_each_call_its_timeout_not_its_deadline() {
         assert!(local_address.starts_with("10.84.0."), "{local_address}");
 
         outage.end(&mut etcd);
-        // As a runtime does: the call is tried again until it succeeds, which it
-        // does once the remembered silence has lapsed (the store's timeoutSeconds).
-        let id = format!("back{round}");
-        let back = Instant::now();
-        let address = loop {
-            let reply = Call::new("ADD", &id).run(&conf);
-            if reply.success {
-                break reply.address().to_string();
-            }
-            assert_eq!(reply.error_code(), 11, "{outage:?}: {reply:?}");
-            assert!(
-                back.elapsed() < DEFAULT_TIMEOUT + MARGIN,
-                "{outage:?}: still refused {:?} after etcd came back: {reply:?}",
-                back.elapsed()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let address = add_until_served_again(&conf, &format!("back{round}"), outage);
         held.push(address.split('/').next().unwrap().to_string());
         let mut entries: Vec<String> = etcd
             .keys("/o/n/testnet/e/ip/")
@@ -322,7 +317,7 @@ fn a_commit_whose_answer_was_lost_is_resent_and_applies_once() {
     let probe = json!({"probe": {"counter": "n", "sleepMs": 2000}});
     let conf = node_conf(&node, "node-a", &probe_module(), &store, probe);
     let child = Call::new("ADD", "c1").spawn(&conf);
-    wait_for(
+    wait_until(
         "the call connected to a member",
         Duration::from_secs(60),
         || relays.iter().any(|r| r.answered.load(Ordering::SeqCst) > 0),

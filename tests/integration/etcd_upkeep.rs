@@ -316,52 +316,53 @@ fn kill_after_first_batch(node: &Node, command: &str, mut child: std::process::C
     child.wait().unwrap();
 }
 
-#[test]
-fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_finish_after_a_kill() {
-    let etcd = Etcd::start(1);
-    let node = Node::new();
-
-    // CNI GC, as a runtime sends it, keeping ten attachments.
+/// CNI GC, as a runtime sends it, keeping ten of node-b's 1000 attachments: killed
+/// after its first batch, it is run again and finishes, in three batches or more.
+fn check_cni_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g1/";
-    let (ipam, store) = pools_ipam(128, &etcd, prefix);
+    let (ipam, store) = pools_ipam(128, etcd, prefix);
     Seed {
         node: "node-b",
         pods: 1000,
         expired_at: None,
         idle: 0,
     }
-    .write(&etcd, prefix);
-    let mut gc = node_conf(&node, "node-b", &cluster_pool_module(), &store, ipam);
+    .write(etcd, prefix);
+    let mut gc = node_conf(node, "node-b", &cluster_pool_module(), &store, ipam);
     gc["cni.dev/valid-attachments"] = (0..10)
         .map(|n| json!({"containerID": format!("node-b-c{n}"), "ifname": "eth0"}))
         .collect();
-    kill_after_first_batch(&node, "GC", Call::new("GC", "").spawn(&gc));
-    let left = count(&etcd, prefix, "own/node-b/");
+    kill_after_first_batch(node, "GC", Call::new("GC", "").spawn(&gc));
+    let left = count(etcd, prefix, "own/node-b/");
     assert!(
         (11..1000).contains(&left),
         "{left} attachments after a kill mid-way"
     );
     Call::new("GC", "").run(&gc).assert_ok();
-    assert_eq!(count(&etcd, prefix, "own/node-b/"), 10);
-    let batches = invocations(&node)
+    assert_eq!(count(etcd, prefix, "own/node-b/"), 10);
+    let batches = invocations(node)
         .iter()
         .filter(|(command, outcome, _)| command == "GC" && outcome == "ok")
         .count();
     assert!(batches >= 3, "{batches} GC batches");
+}
 
-    // `wasm-ipam gc` with a runtime that runs no pod at all.
+/// `wasm-ipam gc` with a runtime that runs no pod at all, over node-c's 1000
+/// attachments: killed after its first batch, run again, it releases what the first
+/// left.
+fn check_operator_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g2/";
-    let (ipam, store) = pools_ipam(128, &etcd, prefix);
+    let (ipam, store) = pools_ipam(128, etcd, prefix);
     Seed {
         node: "node-c",
         pods: 1000,
         expired_at: None,
         idle: 0,
     }
-    .write(&etcd, prefix);
+    .write(etcd, prefix);
     let conf_file = write_conf(
-        &node,
-        &node_conf(&node, "node-c", &cluster_pool_module(), &store, ipam),
+        node,
+        &node_conf(node, "node-c", &cluster_pool_module(), &store, ipam),
     );
     let none = node.dir.path().join("no-pods");
     std::fs::write(&none, "").unwrap();
@@ -371,24 +372,21 @@ fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_fini
             .arg(&none)
             .args(["--allow-empty", "--grace", "0s", "--json", "--netconf"])
             .arg(&conf_file)
-            .arg("--lock-file")
-            .arg(node.lock_file())
-            .arg("--data-dir")
-            .arg(node.data_dir())
+            .args(node.operator_flags())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         cmd
     };
-    kill_after_first_batch(&node, "gc", gc(&node).spawn().unwrap());
-    let left = count(&etcd, prefix, "own/node-c/");
+    kill_after_first_batch(node, "gc", gc(node).spawn().unwrap());
+    let left = count(etcd, prefix, "own/node-c/");
     assert!((1..1000).contains(&left), "{left} after a kill mid-way");
-    let out = gc(&node).output().unwrap();
+    let out = gc(node).output().unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout} {stderr}");
-    assert_eq!(count(&etcd, prefix, "own/node-c/"), 0, "{stderr}");
+    assert_eq!(count(etcd, prefix, "own/node-c/"), 0, "{stderr}");
     let leaks: Value = serde_json::from_str(&stdout).unwrap();
     let leaks = leaks.as_array().expect("a list of leaks");
     assert_eq!(
@@ -400,37 +398,38 @@ fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_fini
         leaks.iter().all(|l| l["released"] == true),
         "every leak released: {stdout}"
     );
+}
 
-    // release-node of a gone node, from a live one.
+/// release-node of a gone node (node-d, 1000 attachments), from a live one: killed
+/// after its first batch, run again, it releases what the first left, and nothing of
+/// node-d is left.
+fn check_release_node_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g3/";
-    let (ipam, store) = pools_ipam(128, &etcd, prefix);
+    let (ipam, store) = pools_ipam(128, etcd, prefix);
     Seed {
         node: "node-d",
         pods: 1000,
         expired_at: None,
         idle: 5,
     }
-    .write(&etcd, prefix);
+    .write(etcd, prefix);
     let conf_file = write_conf(
-        &node,
-        &node_conf(&node, "node-a", &cluster_pool_module(), &store, ipam),
+        node,
+        &node_conf(node, "node-a", &cluster_pool_module(), &store, ipam),
     );
     let release = |node: &Node| {
         let mut cmd = std::process::Command::new(bin());
         cmd.args(["release-node", "node-d", "--force", "--netconf"])
             .arg(&conf_file)
-            .arg("--lock-file")
-            .arg(node.lock_file())
-            .arg("--data-dir")
-            .arg(node.data_dir())
+            .args(node.operator_flags())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         cmd
     };
-    kill_after_first_batch(&node, "release-node", release(&node).spawn().unwrap());
-    let left = count(&etcd, prefix, "own/node-d/");
+    kill_after_first_batch(node, "release-node", release(node).spawn().unwrap());
+    let left = count(etcd, prefix, "own/node-d/");
     assert!((1..1000).contains(&left), "{left} after a kill mid-way");
-    let out = release(&node).output().unwrap();
+    let out = release(node).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -442,8 +441,17 @@ fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_fini
         "the second run released the {left} attachments the first left: {text}"
     );
     for gone in ["own/node-d/", "aff/node-d/", "blk/"] {
-        assert_eq!(count(&etcd, prefix, gone), 0, "{gone} left: {text}");
+        assert_eq!(count(etcd, prefix, gone), 0, "{gone} left: {text}");
     }
+}
+
+#[test]
+fn gc_cni_gc_and_release_node_over_a_thousand_allocations_go_in_batches_and_finish_after_a_kill() {
+    let etcd = Etcd::start(1);
+    let node = Node::new();
+    check_cni_gc_goes_in_batches(&etcd, &node);
+    check_operator_gc_goes_in_batches(&etcd, &node);
+    check_release_node_goes_in_batches(&etcd, &node);
     // Every batch of every command committed within etcd's transaction limit.
     let refused: Vec<_> = invocations(&node)
         .into_iter()

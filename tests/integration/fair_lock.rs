@@ -3,9 +3,8 @@
 
 use crate::harness::*;
 use serde_json::{Value, json};
-use std::fs::File;
 use std::process::Child;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub fn queue_dir(node: &Node) -> std::path::PathBuf {
     wasm_ipam::lock::queue_dir(&node.lock_file())
@@ -22,27 +21,8 @@ fn queued(node: &Node) -> usize {
 }
 
 pub fn wait_until_queued(node: &Node, count: usize) {
-    let started = Instant::now();
-    while queued(node) < count {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{count} calls never queued"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Holds the host-wide lock as another tool would (plain flock on `lockFile`).
-fn hold_lock(node: &Node) -> File {
-    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
-    let file = File::create(node.lock_file()).unwrap();
-    file.lock().unwrap();
-    file
-}
-
-fn kill(child: &mut Child) {
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let what = format!("{count} calls queued");
+    wait_until(&what, Duration::from_secs(120), || queued(node) >= count);
 }
 
 /// Calls are served in the order they queued, and a newcomer never barges ahead of a
@@ -51,7 +31,7 @@ fn kill(child: &mut Child) {
 fn lock_is_granted_in_arrival_order_without_barging() {
     let _serial = exclusive();
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({"probe": {"spinMs": 5}}));
+    let conf = node.probe_netconf(json!({"probe": {"spinMs": 5}}));
     // The test takes the first place in the queue but not the flock.
     let first = wasm_ipam::lock::queue::Ticket::take(&queue_dir(&node)).unwrap();
     let ids: Vec<String> = (0..6).map(|i| format!("ctr{i}")).collect();
@@ -93,13 +73,13 @@ fn del_succeeds_soon(child: Child) {
 fn a_call_killed_while_queued_does_not_block_the_queue() {
     let _serial = exclusive();
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
-    let holder = hold_lock(&node);
+    let conf = node.probe_netconf(json!({}));
+    let holder = node.hold_lock();
     let mut doomed = Call::new("DEL", "doomed").spawn(&conf);
     wait_until_queued(&node, 1);
     let behind = Call::new("DEL", "behind").spawn(&conf);
     wait_until_queued(&node, 2);
-    kill(&mut doomed);
+    kill_and_reap(&mut doomed);
     drop(holder);
     del_succeeds_soon(behind);
     assert_eq!(queued(&node), 0);
@@ -109,19 +89,17 @@ fn a_call_killed_while_queued_does_not_block_the_queue() {
 fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
     let _serial = exclusive();
     let node = Node::new();
-    let looping: Value = node.netconf(
-        "1.0.0",
-        &probe_module(),
+    let looping: Value = node.probe_netconf(
         json!({"deadlineSeconds": 600, "probe": {"write": ["x=1"], "then": "loop"}}),
     );
     let mut holder = Call::new("ADD", "holder").spawn(&looping);
     // Uncontended, it holds the lock without a ticket; the call behind queues.
     wait_until_holding(holder.id(), &node.lock_file());
-    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let conf = node.probe_netconf(json!({}));
     let behind = Call::new("DEL", "behind").spawn(&conf);
     wait_until_blocked_on_lock(behind.id());
     assert_eq!(queued(&node), 1);
-    kill(&mut holder);
+    kill_and_reap(&mut holder);
     del_succeeds_soon(behind);
     assert!(
         node.store_entries("testnet").is_empty(),
@@ -135,10 +113,10 @@ fn a_holder_killed_under_the_lock_does_not_block_the_queue() {
 fn timed_out_bursts_leave_no_tickets_behind() {
     let _heavy = exclusive();
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({"lockTimeoutSeconds": 1}));
+    let conf = node.probe_netconf(json!({"lockTimeoutSeconds": 1}));
     Call::new("DEL", "warm").run(&conf).assert_ok();
     for burst in 0..3 {
-        let held = hold_lock(&node);
+        let held = node.hold_lock();
         let children: Vec<Child> = (0..8)
             .map(|i| Call::new("DEL", &format!("b{burst}c{i}")).spawn(&conf))
             .collect();
@@ -161,9 +139,9 @@ fn timed_out_bursts_leave_no_tickets_behind() {
 fn a_call_killed_while_clearing_dead_tickets_strands_none() {
     let _serial = exclusive();
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let conf = node.probe_netconf(json!({}));
     Call::new("DEL", "warm").run(&conf).assert_ok();
-    let held = hold_lock(&node);
+    let held = node.hold_lock();
     // Three calls queued one behind the other, killed last first so that none of
     // them passes another: three dead tickets in a row.
     let mut doomed: Vec<Child> = (0..3)
@@ -174,7 +152,7 @@ fn a_call_killed_while_clearing_dead_tickets_strands_none() {
         })
         .collect();
     for child in doomed.iter_mut().rev() {
-        kill(child);
+        kill_and_reap(child);
     }
     assert_eq!(queued(&node), 3);
     // The next passes all three and is killed at its second unlink: one cleared.

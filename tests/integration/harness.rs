@@ -8,6 +8,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+pub use crate::flocks::{hold_flock, holds_flock_of, waits_on_a_flock};
+pub use crate::waiting::{wait_for, wait_for_explained, wait_until};
+
 /// The binary under test. On a cache miss it runs `wasm-ipam-compile` from its own
 /// directory, as installed; `cargo test --workspace` builds the compiler there (for
 /// its own integration test), in the same build and so with the same engine.
@@ -37,53 +40,57 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// How long a call may take to reach the lock, or a holder to take it, on a loaded
+/// machine: far beyond what either takes, so only a broken call reaches it.
+const LOCK_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Waits for each spawned call in `children` and gathers the addresses their
+/// replies hand out, each once: as many as calls when none was handed out twice.
+pub fn distinct_addresses(
+    children: Vec<std::process::Child>,
+) -> std::collections::BTreeSet<String> {
+    children
+        .into_iter()
+        .map(|child| {
+            reply(child.wait_with_output().unwrap())
+                .address()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Kills `child` and reaps it, so no zombie outlives the test.
+pub fn kill_and_reap(child: &mut std::process::Child) {
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The median of `values`, and their lowest and highest: how the measuring tests
+/// report a figure and its noise.
+pub fn median_and_range(mut values: Vec<f64>) -> (f64, f64, f64) {
+    values.sort_by(f64::total_cmp);
+    (
+        values[values.len() / 2],
+        values[0],
+        values[values.len() - 1],
+    )
+}
+
 /// Waits until process `pid` is blocked waiting for a flock (a `->` line in
 /// /proc/locks), so a test knows the call is queued on the lock.
 pub fn wait_until_blocked_on_lock(pid: u32) {
-    let started = Instant::now();
-    loop {
-        let locks = std::fs::read_to_string("/proc/locks").unwrap();
-        let waiting = locks.lines().any(|line| {
-            let mut fields = line.split_whitespace().skip(1);
-            fields.next() == Some("->") && fields.nth(3).is_some_and(|p| p == pid.to_string())
-        });
-        if waiting {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "pid {pid} never waited on the lock"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(
+        &format!("pid {pid} waited on the lock"),
+        LOCK_PATIENCE,
+        || waits_on_a_flock(pid),
+    );
 }
 
 /// Waits until process `pid` holds the flock on `file` (a line in /proc/locks with
 /// its pid and the file's inode, not a `->` waiter's).
 pub fn wait_until_holding(pid: u32, file: &Path) {
-    use std::os::unix::fs::MetadataExt;
-    let started = Instant::now();
-    loop {
-        if let Ok(meta) = std::fs::metadata(file) {
-            let inode = format!(":{}", meta.ino());
-            let locks = std::fs::read_to_string("/proc/locks").unwrap();
-            let holding = locks.lines().any(|line| {
-                let fields: Vec<&str> = line.split_whitespace().collect();
-                fields.get(1) != Some(&"->")
-                    && fields.get(4) == Some(&pid.to_string().as_str())
-                    && fields.get(5).is_some_and(|f| f.ends_with(&inode))
-            });
-            if holding {
-                return;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "pid {pid} never held the flock on {}",
-            file.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let what = format!("pid {pid} held the flock on {}", file.display());
+    wait_until(&what, LOCK_PATIENCE, || holds_flock_of(pid, file));
 }
 
 pub fn workspace() -> PathBuf {
@@ -209,6 +216,23 @@ impl Node {
     pub fn lock_file(&self) -> PathBuf {
         self.dir.path().join("run/ipam.lock")
     }
+
+    /// The flags naming this node's data dir and lock file, as every operator command
+    /// that works on the node's store takes them.
+    pub fn operator_flags(&self) -> Vec<String> {
+        vec![
+            "--data-dir".into(),
+            self.data_dir().to_string_lossy().into_owned(),
+            "--lock-file".into(),
+            self.lock_file().to_string_lossy().into_owned(),
+        ]
+    }
+
+    /// Holds the node's host-wide lock as another tool would (plain flock on
+    /// `lockFile`), so the calls queue until the file is dropped.
+    pub fn hold_lock(&self) -> std::fs::File {
+        hold_flock(&self.lock_file())
+    }
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }
@@ -237,6 +261,11 @@ impl Node {
         conf
     }
 
+    /// A netconf for the probe module (tests/modules/probe) with this node's paths.
+    pub fn probe_netconf(&self, ipam: Value) -> Value {
+        self.netconf("1.0.0", &probe_module(), ipam)
+    }
+
     /// Every entry of `network` in the store, or nothing if the store was never made.
     pub fn store_entries(&self, network: &str) -> Vec<(String, String)> {
         if !self
@@ -254,6 +283,15 @@ impl Node {
             .unwrap()
             .into_iter()
             .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect()
+    }
+
+    /// The `ip/` entries of `network` (the address keys host-local and the probe
+    /// write: address → holder), or nothing if the store was never made.
+    pub fn address_entries(&self, network: &str) -> Vec<(String, String)> {
+        self.store_entries(network)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("ip/"))
             .collect()
     }
 
@@ -275,15 +313,43 @@ impl Node {
     }
 }
 
+/// Runs `call` with `conf`, whose `ipam.deadlineSeconds` is 1, and checks the call
+/// was stopped at that deadline: code 103 whose message names the key that sets the
+/// budget and its value (the fix is in the message), no earlier than the deadline and
+/// well before 20 s, `node`'s store as `before` and the lock free.
+pub fn assert_stopped_at_deadline(
+    node: &Node,
+    before: &[(String, String)],
+    call: &Call,
+    conf: &Value,
+) -> Reply {
+    let started = Instant::now();
+    let reply = call.run(conf);
+    let took = started.elapsed();
+    assert_eq!(reply.error_code(), 103, "{reply:?}");
+    assert!(
+        reply.msg().contains("ipam.deadlineSeconds is 1;"),
+        "{}",
+        reply.msg()
+    );
+    assert!(
+        took >= Duration::from_secs(1),
+        "stopped no earlier than the deadline: {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "stopped near the deadline: {took:?}"
+    );
+    assert_eq!(node.store_entries("testnet"), before, "store changed");
+    assert!(node.lock_is_free(), "lock still held");
+    reply
+}
+
 /// A node whose store already holds one allocation (made through the probe module),
 /// so "the store is unchanged" means something; with that allocation.
 pub fn node_with_state() -> (Node, Vec<(String, String)>) {
     let node = Node::new();
-    let conf = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}),
-    );
+    let conf = node.probe_netconf(json!({"probe": {"write": ["ip/10.0.0.9=existing\r\neth0"]}}));
     Call::new("ADD", "existing").run(&conf).assert_ok();
     let before = node.store_entries("testnet");
     assert_eq!(before.len(), 1);

@@ -56,11 +56,7 @@ fn dual_stack_add_del_under_every_version() {
             Call::new("CHECK", "dummy").run(&conf).assert_ok();
         }
         Call::new("DEL", "dummy").run(&conf).assert_ok();
-        let left: Vec<_> = node
-            .store_entries("testnet")
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("ip/"))
-            .collect();
+        let left = node.address_entries("testnet");
         assert!(left.is_empty(), "{version}: {left:?}");
     }
 }
@@ -125,9 +121,8 @@ fn gc_releases_what_no_valid_attachment_holds() {
         json!([{"containerID": "c2", "ifname": "eth0"}, {"containerID": "c3", "ifname": "eth0"}]);
     Call::new("GC", "").run(&gc).assert_ok();
     let held: Vec<String> = node
-        .store_entries("testnet")
+        .address_entries("testnet")
         .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
         .map(|(_, v)| v)
         .collect();
     assert_eq!(

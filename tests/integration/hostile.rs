@@ -6,13 +6,10 @@
 //! margins wide enough for a loaded 2-core CI machine.
 
 use crate::harness::*;
+use crate::wat_component::{HANDLER_EXPORTS, component_from_core_wat};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-fn probe_conf(node: &Node, ipam: Value) -> Value {
-    node.netconf("1.0.0", &probe_module(), ipam)
-}
 
 /// Runs `command` with `conf` and checks what every hostile call must leave: the
 /// documented code, the store as it was, the lock free. Returns the reply and cost.
@@ -50,7 +47,7 @@ fn details(reply: &Reply) -> String {
 #[test]
 fn memory_grow_past_the_limit_is_code_105() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(&node, json!({"probe": {"write": ["x=1"], "allocMib": 200}}));
+    let conf = node.probe_netconf(json!({"probe": {"write": ["x=1"], "allocMib": 200}}));
     let (reply, measured) = expect_refused(&node, &before, "ADD", &conf, 105);
     assert!(
         reply.msg().contains("ipam.memoryLimitMiB"),
@@ -113,8 +110,7 @@ fn a_huge_result_is_refused_before_the_host_copies_it() {
     let (node, before) = node_with_state();
     // A million addresses: the guest needs room to build them, the host must not
     // copy them (the transfer is bounded by hostMemoryLimitMiB).
-    let conf = probe_conf(
-        &node,
+    let conf = node.probe_netconf(
         json!({"memoryLimitMiB": 512, "probe": {"write": ["x=1"], "resultIps": 1_000_000}}),
     );
     let (reply, measured) = expect_refused(&node, &before, "ADD", &conf, 105);
@@ -131,7 +127,7 @@ fn a_huge_result_is_refused_before_the_host_copies_it() {
     // The guest's own memory (up to 512 MiB here) plus the host's bounded share.
     assert_peak_below(measured, 600.0, "huge result");
     // A result within the transfer bound but past the result's own bounds is 106.
-    let conf = probe_conf(&node, json!({"probe": {"write": ["x=1"], "resultIps": 65}}));
+    let conf = node.probe_netconf(json!({"probe": {"write": ["x=1"], "resultIps": 65}}));
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 106);
     assert!(reply.msg().contains("65 ips"), "{}", reply.msg());
 }
@@ -140,10 +136,7 @@ fn a_huge_result_is_refused_before_the_host_copies_it() {
 fn a_staging_flood_is_refused_at_the_host_memory_limit() {
     let (node, before) = node_with_state();
     // Tiny keys cost the host ~140 B each: the limit counts them as stored.
-    let conf = probe_conf(
-        &node,
-        json!({"probe": {"write": ["x=1"], "floodEntries": 3_000_000}}),
-    );
+    let conf = node.probe_netconf(json!({"probe": {"write": ["x=1"], "floodEntries": 3_000_000}}));
     let (reply, measured) = expect_refused(&node, &before, "ADD", &conf, 120);
     assert!(
         details(&reply).contains("ipam.hostMemoryLimitMiB"),
@@ -159,16 +152,13 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
     // 10,000 entries of 10 kB (100 MB in the store), written 1,250 a call to stay
     // within one call's staging limit.
     for call in 0..8 {
-        let fill = probe_conf(
-            &node,
-            json!({"probe": {"floodEntries": 1_250, "floodFrom": call * 1_250, "floodValueBytes": 10_000}}),
+        let fill = node.probe_netconf(json!({"probe": {"floodEntries": 1_250, "floodFrom": call * 1_250, "floodValueBytes": 10_000}}),
         );
         Call::new("ADD", "filler").run(&fill).assert_ok();
     }
     let stored = node.store_entries("testnet").len();
     assert_eq!(stored, 10_000);
-    let conf = probe_conf(
-        &node,
+    let conf = node.probe_netconf(
         json!({"hostMemoryLimitMiB": 4, "probe": {"listPrefix": "flood/", "listTimes": 50}}),
     );
     let (reply, measured) = Call::new("DEL", "lister").run_measured(&conf);
@@ -179,7 +169,7 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
     // Listing it all would hold 100 MB in the host alone.
     assert_peak_below(measured, 80.0, "list-prefix flood");
     // Within the limit a listing works.
-    let conf = probe_conf(&node, json!({"probe": {"listPrefix": "flood/000001"}}));
+    let conf = node.probe_netconf(json!({"probe": {"listPrefix": "flood/000001"}}));
     Call::new("DEL", "lister").run(&conf).assert_ok();
     assert!(
         node.log_lines("guest")
@@ -192,13 +182,10 @@ fn a_list_prefix_flood_is_code_105_within_the_host_memory_limit() {
 fn oversized_keys_and_values_are_refused_by_the_store() {
     let (node, before) = node_with_state();
     let long_key = format!("{}=v", "k".repeat(1025));
-    let conf = probe_conf(&node, json!({"probe": {"write": [long_key]}}));
+    let conf = node.probe_netconf(json!({"probe": {"write": [long_key]}}));
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 120);
     assert!(details(&reply).contains("key of 1025 bytes"), "{reply:?}");
-    let conf = probe_conf(
-        &node,
-        json!({"probe": {"floodEntries": 1, "floodValueBytes": 65_537}}),
-    );
+    let conf = node.probe_netconf(json!({"probe": {"floodEntries": 1, "floodValueBytes": 65_537}}));
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 120);
     assert!(
         details(&reply).contains("value of 65537 bytes"),
@@ -218,13 +205,10 @@ fn a_late_ok_with_a_huge_staged_set_does_not_hold_the_lock_past_the_deadline() {
     // Long enough to stage every key the host accepts (v0.1 accepted a million) and
     // then answer ok 20 ms before the deadline.
     let deadline = Duration::from_secs(10);
-    let conf = probe_conf(
-        &node,
-        json!({
-            "deadlineSeconds": deadline.as_secs(),
-            "probe": {"floodEntries": 3_000_000, "floodUntilRefused": true, "spinUntilRemainingMs": 20}
-        }),
-    );
+    let conf = node.probe_netconf(json!({
+        "deadlineSeconds": deadline.as_secs(),
+        "probe": {"floodEntries": 3_000_000, "floodUntilRefused": true, "spinUntilRemainingMs": 20}
+    }));
     let (reply, measured) = Call::new("ADD", "late").run_measured(&conf);
     let line = node.log_lines("invocation").pop().unwrap();
     let hold = Duration::from_secs_f64(line["lock_hold_ms"].as_f64().unwrap() / 1000.0);
@@ -251,8 +235,7 @@ fn a_late_ok_with_a_huge_staged_set_does_not_hold_the_lock_past_the_deadline() {
 fn a_log_flood_is_cut_at_the_log_budget_and_counted() {
     let (node, _) = node_with_state();
     let log_before = std::fs::metadata(node.log_file()).unwrap().len();
-    let conf = probe_conf(
-        &node,
+    let conf = node.probe_netconf(
         json!({"probe": {"logMessages": 100_000, "logBytes": 1000, "print": "p".repeat(60 << 10)}}),
     );
     Call::new("DEL", "chatty").run(&conf).assert_ok();
@@ -269,8 +252,7 @@ fn a_log_flood_is_cut_at_the_log_budget_and_counted() {
 fn a_huge_error_message_is_cut_on_stdout_and_in_the_log() {
     let (node, before) = node_with_state();
     let log_before = std::fs::metadata(node.log_file()).unwrap().len();
-    let conf = probe_conf(
-        &node,
+    let conf = node.probe_netconf(
         json!({"probe": {"write": ["x=1"], "then": "error", "errorBytes": 30_000_000}}),
     );
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 142);
@@ -288,17 +270,11 @@ fn a_huge_error_message_is_cut_on_stdout_and_in_the_log() {
 fn the_store_quota_refuses_growth_before_anything_is_committed() {
     let (node, before) = node_with_state();
     let writes: Vec<String> = (0..10).map(|i| format!("k{i}=v")).collect();
-    let conf = probe_conf(
-        &node,
-        json!({"storeQuotaEntries": 10, "probe": {"write": writes}}),
-    );
+    let conf = node.probe_netconf(json!({"storeQuotaEntries": 10, "probe": {"write": writes}}));
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 108);
     assert!(reply.msg().contains("storeQuotaEntries"), "{}", reply.msg());
     // Within the quota the same writes commit.
-    let conf = probe_conf(
-        &node,
-        json!({"storeQuotaEntries": 11, "probe": {"write": writes}}),
-    );
+    let conf = node.probe_netconf(json!({"storeQuotaEntries": 11, "probe": {"write": writes}}));
     Call::new("ADD", "c1").run(&conf).assert_ok();
     assert_eq!(node.store_entries("testnet").len(), 11);
 }
@@ -309,8 +285,7 @@ fn the_store_quota_refuses_growth_before_anything_is_committed() {
 fn a_module_cannot_pose_as_the_host() {
     let (node, before) = node_with_state();
     for forged in [0, 103, 104, 42] {
-        let conf = probe_conf(
-            &node,
+        let conf = node.probe_netconf(
             json!({"probe": {"write": ["x=1"], "then": "error", "errorCode": forged}}),
         );
         let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 107);
@@ -331,12 +306,10 @@ fn dns_fields_of_a_result_are_validated() {
     ] {
         let mut probe = dns.clone();
         probe["write"] = json!(["x=1"]);
-        let conf = probe_conf(&node, json!({ "probe": probe }));
+        let conf = node.probe_netconf(json!({ "probe": probe }));
         expect_refused(&node, &before, "ADD", &conf, 106);
     }
-    let conf = probe_conf(
-        &node,
-        json!({"probe": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"], "options": ["ndots:5"]}}),
+    let conf = node.probe_netconf(json!({"probe": {"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"], "options": ["ndots:5"]}}),
     );
     let reply = Call::new("ADD", "c1").run(&conf);
     assert_eq!(
@@ -350,7 +323,7 @@ fn dns_fields_of_a_result_are_validated() {
 #[test]
 fn deep_recursion_is_a_trap() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(&node, json!({"probe": {"write": ["x=1"], "recurse": true}}));
+    let conf = node.probe_netconf(json!({"probe": {"write": ["x=1"], "recurse": true}}));
     let (reply, _) = expect_refused(&node, &before, "ADD", &conf, 102);
     assert!(details(&reply).contains("stack"), "{reply:?}");
 }
@@ -358,29 +331,17 @@ fn deep_recursion_is_a_trap() {
 #[test]
 fn exit_is_a_trap() {
     let (node, before) = node_with_state();
-    let conf = probe_conf(&node, json!({"probe": {"write": ["x=1"], "then": "exit"}}));
+    let conf = node.probe_netconf(json!({"probe": {"write": ["x=1"], "then": "exit"}}));
     expect_refused(&node, &before, "ADD", &conf, 102);
 }
 
 #[test]
 fn wasi_reaches_nothing_outside_the_sandbox() {
     let (node, _) = node_with_state();
-    let conf = probe_conf(&node, json!({"probe": {"escape": true}}));
+    let conf = node.probe_netconf(json!({"probe": {"escape": true}}));
     let reply = Call::new("DEL", "c1").run(&conf);
     assert!(reply.success, "the probe escaped: {:?}", reply.json);
     assert!(!Path::new("/tmp/wasm-ipam-probe-escape").exists());
-}
-
-fn assert_stopped_at_deadline(
-    node: &Node,
-    before: &[(String, String)],
-    command: &str,
-    conf: Value,
-) {
-    let (reply, measured) = expect_refused(node, before, command, &conf, 103);
-    assert!(measured.wall >= Duration::from_secs(1), "{measured:?}");
-    assert!(measured.wall < Duration::from_secs(20), "{measured:?}");
-    assert!(reply.msg().contains("deadline"), "{}", reply.msg());
 }
 
 #[test]
@@ -388,11 +349,10 @@ fn loops_in_del_in_host_calls_and_in_instantiation_stop_at_the_deadline() {
     let _serial = exclusive();
     let (node, before) = node_with_state();
     for (command, then) in [("DEL", "loop"), ("ADD", "host-call-loop")] {
-        let conf = probe_conf(
-            &node,
+        let conf = node.probe_netconf(
             json!({"deadlineSeconds": 1, "probe": {"write": ["x=1"], "then": then}}),
         );
-        assert_stopped_at_deadline(&node, &before, command, conf);
+        assert_stopped_at_deadline(&node, &before, &Call::new(command, "hostile"), &conf);
     }
     let module = wat_module(
         &node,
@@ -401,7 +361,7 @@ fn loops_in_del_in_host_calls_and_in_instantiation_stop_at_the_deadline() {
         OK_BODY,
     );
     let conf = node.netconf("1.0.0", &module, json!({"deadlineSeconds": 1}));
-    assert_stopped_at_deadline(&node, &before, "ADD", conf);
+    assert_stopped_at_deadline(&node, &before, &Call::new("ADD", "hostile"), &conf);
 }
 
 // ---- loading: bounded and done once ----
@@ -428,7 +388,7 @@ fn module_paths_that_are_not_regular_files_are_refused_at_once() {
         assert!(measured.wall < Duration::from_secs(20), "{measured:?}");
     }
     // Past the size cap.
-    let conf = node.netconf("1.0.0", &probe_module(), json!({"moduleMaxMiB": 1}));
+    let conf = node.probe_netconf(json!({"moduleMaxMiB": 1}));
     let big = node.dir.path().join("big.wasm");
     let mut bytes = std::fs::read(probe_module()).unwrap();
     bytes.resize(2 << 20, 0);
@@ -525,7 +485,7 @@ const OK_BODY: &str = "(i32.const 512)";
 /// A component exporting `cni:ipam/handler` from a core module written in WAT: every
 /// handler runs `body` (its parameter is a pointer to the request, its result a
 /// pointer to the answer); `extra` adds module fields (memories, tables, a start
-/// function). Built with wit-component, as `wasm-tools component new` builds one.
+/// function).
 fn wat_module(node: &Node, name: &str, extra: &str, body: &str) -> PathBuf {
     let core = format!(
         r#"(module
@@ -543,34 +503,10 @@ fn wat_module(node: &Node, name: &str, extra: &str, body: &str) -> PathBuf {
                 (i32.add (i32.shr_u (global.get $heap) (i32.const 16)) (i32.const 1))))))
             (local.get $at))
           (func $handler (param i32) (result i32) {body})
-          (export "cni:ipam/handler@0.1.0#add" (func $handler))
-          (export "cni:ipam/handler@0.1.0#del" (func $handler))
-          (export "cni:ipam/handler@0.1.0#check" (func $handler))
-          (export "cni:ipam/handler@0.1.0#gc" (func $handler))
-          (export "cni:ipam/handler@0.1.0#status" (func $handler))
+          {HANDLER_EXPORTS}
           {extra})"#
     );
-    let mut module = wat::parse_str(&core).unwrap();
-    let mut resolve = wit_parser::Resolve::default();
-    let package = resolve
-        .push_file(workspace().join("wit/v0.1.0/ipam.wit"))
-        .unwrap();
-    let world = resolve
-        .select_world(&[package], Some("ipam-module"))
-        .unwrap();
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
-    let component = wit_component::ComponentEncoder::default()
-        .module(&module)
-        .unwrap()
-        .validate(true)
-        .encode()
-        .unwrap();
+    let component = component_from_core_wat(&core);
     let path = node.dir.path().join(format!("{name}.wasm"));
     std::fs::write(&path, component).unwrap();
     path
@@ -599,7 +535,7 @@ fn a_go_module_that_loops_allocates_without_bound_or_panics_is_stopped_alike() {
         json!({"store": write, "then": "loop"}),
         json!({"deadlineSeconds": 1}),
     );
-    assert_stopped_at_deadline(&node, &before, "ADD", looping);
+    assert_stopped_at_deadline(&node, &before, &Call::new("ADD", "hostile"), &looping);
 
     let allocating = conf(json!({"store": write, "then": "alloc"}), json!({}));
     let (reply, measured) = Call::new("ADD", "hostile").run_measured(&allocating);

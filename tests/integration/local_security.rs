@@ -47,14 +47,6 @@ fn run_under(call: &Call, script: &str, conf: &Value) -> Reply {
     reply(spawn_under(call, script, conf).wait_with_output().unwrap())
 }
 
-/// Holds `node`'s lock (made by an earlier call) as another tool would, so the next
-/// call queues: only a call that waits makes the queue's files.
-fn hold_lock(node: &Node) -> std::fs::File {
-    let file = std::fs::File::open(node.lock_file()).unwrap();
-    file.lock().unwrap();
-    file
-}
-
 #[test]
 fn files_and_directories_are_private_whatever_the_umask() {
     let node = Node::new();
@@ -63,7 +55,7 @@ fn files_and_directories_are_private_whatever_the_umask() {
     for (command, id) in [("ADD", "c1"), ("ADD", "c2"), ("DEL", "c1")] {
         run_under(&Call::new(command, id), umask_000, &conf).assert_ok();
     }
-    let held = hold_lock(&node);
+    let held = node.hold_lock();
     let queued = spawn_under(&Call::new("ADD", "c3"), umask_000, &conf);
     wait_until_blocked_on_lock(queued.id());
     drop(held);
@@ -226,7 +218,7 @@ fn symlinks_are_never_followed() {
     std::fs::write(&victim, "precious\n").unwrap();
     std::fs::remove_file(&tail).unwrap();
     std::os::unix::fs::symlink(&victim, &tail).unwrap();
-    let held = hold_lock(&node);
+    let held = node.hold_lock();
     let reply = Call::new("ADD", "c2").run(&conf);
     drop(held);
     assert_eq!(reply.error_code(), 5);
@@ -296,15 +288,6 @@ fn one_data_dir_under_two_lock_files_hands_out_each_address_once() {
         .enumerate()
         .map(|(i, id)| Call::new("ADD", id).spawn(&confs[i % 2]))
         .collect();
-    let mut addresses: Vec<String> = children
-        .into_iter()
-        .map(|child| {
-            reply(child.wait_with_output().unwrap())
-                .address()
-                .to_string()
-        })
-        .collect();
-    addresses.sort();
-    addresses.dedup();
+    let addresses = distinct_addresses(children);
     assert_eq!(addresses.len(), 16, "an address was handed out twice");
 }

@@ -60,15 +60,11 @@ fn size(files: &[PathBuf]) -> u64 {
 
 /// A netconf whose module logs about `kib` KiB a call, rotating at 1 MiB.
 fn logging_conf(node: &Node, kib: u64, kept: u32) -> Value {
-    node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({
-            "logMaxMiB": 1,
-            "logFiles": kept,
-            "probe": {"logMessages": kib / 2, "logBytes": 2000},
-        }),
-    )
+    node.probe_netconf(json!({
+        "logMaxMiB": 1,
+        "logFiles": kept,
+        "probe": {"logMessages": kib / 2, "logBytes": 2000},
+    }))
 }
 
 #[test]
@@ -228,11 +224,7 @@ fn an_external_logrotate_with_copytruncate_or_create_keeps_working() {
 fn add_with_the_log_on_a_full_disk(node: &Node) -> (i32, String, String) {
     let disk = node.dir.path().join("disk");
     std::fs::create_dir_all(&disk).unwrap();
-    let mut conf = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"logMessages": 3, "logBytes": 100}}),
-    );
+    let mut conf = node.probe_netconf(json!({"probe": {"logMessages": 3, "logBytes": 100}}));
     conf["ipam"]["logFile"] = disk.join("log/ipam.log").to_str().unwrap().into();
     let conf_path = node.dir.path().join("conf.json");
     std::fs::write(&conf_path, conf.to_string()).unwrap();
@@ -277,7 +269,7 @@ fn a_log_that_cannot_be_written_never_fails_the_call() {
     let node = Node::new();
     let blocker = node.dir.path().join("not-a-dir");
     std::fs::write(&blocker, "").unwrap();
-    let mut conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let mut conf = node.probe_netconf(json!({}));
     conf["ipam"]["logFile"] = blocker.join("ipam.log").to_str().unwrap().into();
     let reply = Call::new("ADD", "c1").run(&conf);
     assert_eq!(reply.address(), "10.99.0.2/24");
@@ -290,7 +282,7 @@ fn a_log_that_cannot_be_written_never_fails_the_call() {
 
     // A log directory removed between calls is made again, and the call logged.
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let conf = node.probe_netconf(json!({}));
     Call::new("ADD", "c1").run(&conf).assert_ok();
     std::fs::remove_dir_all(node.log_file().parent().unwrap()).unwrap();
     let reply = Call::new("ADD", "c2").run(&conf);

@@ -126,21 +126,11 @@ fn two_namespaces_ping(plugin: &str, extra: Value, subnet: &str) {
         "ping {addr_b} from {a}: {}",
         String::from_utf8_lossy(&ping.stdout)
     );
-    assert_eq!(
-        node.store_entries("testnet")
-            .iter()
-            .filter(|(k, _)| k.starts_with("ip/"))
-            .count(),
-        2
-    );
+    assert_eq!(node.address_entries("testnet").len(), 2);
 
     run_main_plugin(&path, plugin, "DEL", &a, &conf).assert_ok();
     run_main_plugin(&path, plugin, "DEL", &b, &conf).assert_ok();
-    let left: Vec<_> = node
-        .store_entries("testnet")
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
-        .collect();
+    let left = node.address_entries("testnet");
     assert!(left.is_empty(), "DEL emptied the store: {left:?}");
 }
 

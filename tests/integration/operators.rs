@@ -233,10 +233,8 @@ fn list_into_a_closed_pipe_stops_quietly() {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let out = std::process::Command::new(bin())
-        .args(["list", "--data-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
+        .arg("list")
+        .args(node.operator_flags())
         .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .output()
@@ -351,10 +349,7 @@ fn netconf_gives_operator_commands_its_data_dir_and_lock_file() {
     );
 
     // Its ipam.lockFile is the lock taken: held here, the command waits on it.
-    let lock = std::fs::File::open(node.lock_file())
-        .or_else(|_| std::fs::File::create(node.lock_file()))
-        .unwrap();
-    lock.lock().unwrap();
+    let lock = node.hold_lock();
     let (ok, _, stderr) = operator_output(["list", "--netconf", &conf_arg, "--lock-timeout", "1"]);
     assert!(!ok && stderr.contains("code 11"), "{stderr}");
     lock.unlock().unwrap();

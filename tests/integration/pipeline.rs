@@ -98,12 +98,7 @@ fn assert_pipeline_order(command: &str, events: &[Event]) -> usize {
 
 fn with_node(node: &Node, args: &[&str]) -> Vec<String> {
     let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    all.extend([
-        "--data-dir".to_string(),
-        node.data_dir().to_string_lossy().into_owned(),
-        "--lock-file".to_string(),
-        node.lock_file().to_string_lossy().into_owned(),
-    ]);
+    all.extend(node.operator_flags());
     all
 }
 

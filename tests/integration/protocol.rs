@@ -91,11 +91,7 @@ fn del_without_any_allocation_succeeds() {
 #[test]
 fn guest_output_never_reaches_stdout() {
     let node = Node::new();
-    let conf = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"print": "noise from the guest"}}),
-    );
+    let conf = node.probe_netconf(json!({"probe": {"print": "noise from the guest"}}));
     let reply = Call::new("ADD", "c1").run(&conf);
     reply.assert_ok();
     assert!(!reply.stdout.contains("noise"), "{}", reply.stdout);
@@ -116,13 +112,9 @@ fn guest_output_never_reaches_stdout() {
 #[test]
 fn one_log_line_per_invocation() {
     let node = Node::new();
-    let conf = node.netconf("1.0.0", &probe_module(), json!({}));
+    let conf = node.probe_netconf(json!({}));
     Call::new("ADD", "c1").run(&conf).assert_ok();
-    let failing = node.netconf(
-        "1.0.0",
-        &probe_module(),
-        json!({"probe": {"then": "error"}}),
-    );
+    let failing = node.probe_netconf(json!({"probe": {"then": "error"}}));
     Call::new("DEL", "c1").run(&failing).error_code();
     let lines = node.log_lines("invocation");
     assert_eq!(lines.len(), 2, "{lines:?}");
@@ -153,7 +145,7 @@ fn gc_and_status_reach_the_module_under_1_1_0() {
     let status = node.netconf("1.1.0", &probe_module(), json!({}));
     Call::new("STATUS", "").run(&status).assert_ok();
     // GC under an older version is refused, as skel does.
-    let old = node.netconf("1.0.0", &probe_module(), json!({}));
+    let old = node.probe_netconf(json!({}));
     assert_eq!(Call::new("GC", "").run(&old).error_code(), 1);
 }
 
@@ -167,21 +159,8 @@ fn concurrent_adds_get_distinct_addresses() {
         .iter()
         .map(|id| Call::new("ADD", id).spawn(&conf))
         .collect();
-    let mut addresses: Vec<String> = children
-        .into_iter()
-        .map(|child| {
-            reply(child.wait_with_output().unwrap())
-                .address()
-                .to_string()
-        })
-        .collect();
-    addresses.sort();
-    addresses.dedup();
+    let addresses = distinct_addresses(children);
     assert_eq!(addresses.len(), 50, "50 ADDs got 50 distinct addresses");
-    let stored = node
-        .store_entries("testnet")
-        .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
-        .count();
+    let stored = node.address_entries("testnet").len();
     assert_eq!(stored, 50);
 }

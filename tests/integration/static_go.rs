@@ -120,15 +120,9 @@ fn the_component_fits_the_default_module_size() {
 }
 
 /// The median of `values`, with their range.
-fn spread(mut values: Vec<f64>) -> (f64, String) {
-    values.sort_by(f64::total_cmp);
-    let median = values[values.len() / 2];
-    let text = format!(
-        "{median:.2} ({:.2}–{:.2})",
-        values[0],
-        values[values.len() - 1]
-    );
-    (median, text)
+fn spread(values: Vec<f64>) -> (f64, String) {
+    let (median, low, high) = median_and_range(values);
+    (median, format!("{median:.2} ({low:.2}–{high:.2})"))
 }
 
 /// The figures in guest-go/README.md: warm ADD+DEL cycles (spawn to exit of both

@@ -222,14 +222,9 @@ fn python_unit_tests_pass() {
 }
 
 /// The median of `values`, with their range.
-fn spread(mut values: Vec<f64>) -> String {
-    values.sort_by(f64::total_cmp);
-    format!(
-        "{:.1} ({:.1}–{:.1})",
-        values[values.len() / 2],
-        values[0],
-        values[values.len() - 1]
-    )
+fn spread(values: Vec<f64>) -> String {
+    let (median, low, high) = median_and_range(values);
+    format!("{median:.1} ({low:.1}–{high:.1})")
 }
 
 /// The last logged call's `key`, in milliseconds.

@@ -9,16 +9,9 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 fn prometheus(node: &Node) -> String {
-    let data_dir = node.data_dir().to_string_lossy().into_owned();
-    let lock = node.lock_file().to_string_lossy().into_owned();
-    operator_command([
-        "stats",
-        "--prometheus",
-        "--data-dir",
-        &data_dir,
-        "--lock-file",
-        &lock,
-    ])
+    let mut args = vec!["stats".to_string(), "--prometheus".into()];
+    args.extend(node.operator_flags());
+    operator_command(args)
 }
 
 fn strict(conf: &Value) -> Value {
@@ -186,9 +179,7 @@ fn status_answers_within_a_second_while_a_thousand_calls_wait() {
         json!({"addresses": ["10.1.7.2/16"]}),
     );
     Call::new("ADD", "warm").run(&conf).assert_ok();
-    std::fs::create_dir_all(node.lock_file().parent().unwrap()).unwrap();
-    let held = std::fs::File::create(node.lock_file()).unwrap();
-    held.lock().unwrap();
+    let held = node.hold_lock();
     let mut herd = Vec::new();
     for i in 0..1000 {
         herd.push(Call::new("ADD", &format!("c{i}")).spawn(&conf));

@@ -67,10 +67,8 @@ fn an_emptied_store_is_refused_with_cni_error_json_and_left_as_it_is() {
 /// `wasm-ipam store ACTION` on `node`'s store, with `extra` arguments.
 fn store_command(node: &Node, action: &str, extra: &[&std::ffi::OsStr]) -> std::process::Output {
     std::process::Command::new(bin())
-        .args(["store", action, "--data-dir"])
-        .arg(node.data_dir())
-        .arg("--lock-file")
-        .arg(node.lock_file())
+        .args(["store", action])
+        .args(node.operator_flags())
         .args(extra)
         .output()
         .unwrap()
@@ -121,10 +119,8 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
         let listed = std::process::Command::new(bin())
-            .args(["list", "--data-dir"])
-            .arg(node.data_dir())
-            .arg("--lock-file")
-            .arg(node.lock_file())
+            .arg("list")
+            .args(node.operator_flags())
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&listed.stderr);
@@ -140,9 +136,8 @@ fn a_damaged_page_fails_calls_with_104_store_check_names_it_and_a_backup_restore
         .collect();
     assert!(!kept.is_empty(), "the replaced store was not kept");
     let held: Vec<String> = node
-        .store_entries("testnet")
+        .address_entries("testnet")
         .into_iter()
-        .filter(|(k, _)| k.starts_with("ip/"))
         .map(|(_, v)| v)
         .collect();
     assert!(

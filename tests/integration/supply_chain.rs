@@ -5,7 +5,9 @@
 //!
 //! One registry serves the whole test binary (started on first use, stopped and its
 //! storage removed when the binary exits); each test pushes modules of its own, made
-//! distinct by a custom section, so no test sees another's blobs.
+//! distinct by a custom section, so no test sees another's blobs. This file holds the
+//! registry, the vendor's and the node's steps the `supply_chain_*` tests share, and
+//! the tests of a release's way from vendor to node.
 
 use crate::doc_blocks;
 use crate::harness::*;
@@ -22,7 +24,7 @@ pub(crate) struct Registry {
     /// `127.0.0.1:PORT`.
     pub(crate) address: String,
     /// The registry's filesystem storage, to tamper with a blob.
-    storage: PathBuf,
+    pub(crate) storage: PathBuf,
 }
 
 /// The running registry and its storage, stopped and removed at exit.
@@ -79,13 +81,13 @@ pub(crate) fn registry() -> &'static Registry {
     })
 }
 
-fn oci(repo_tag: &str) -> String {
+pub fn oci(repo_tag: &str) -> String {
     format!("oci://{}/{repo_tag}", registry().address)
 }
 
 /// A minisign key pair made by the minisign CLI: (secret key path, public key line,
 /// key id as minisign prints it).
-fn keypair(dir: &Path, name: &str) -> (PathBuf, String, String) {
+pub fn keypair(dir: &Path, name: &str) -> (PathBuf, String, String) {
     let (secret, public) = (
         dir.join(format!("{name}.key")),
         dir.join(format!("{name}.pub")),
@@ -112,7 +114,7 @@ fn keypair(dir: &Path, name: &str) -> (PathBuf, String, String) {
 }
 
 /// `minisign -S`: writes `file.minisig` (or `to`).
-fn sign(secret: &Path, file: &Path, to: Option<&Path>) {
+pub fn sign(secret: &Path, file: &Path, to: Option<&Path>) {
     let mut cmd = Command::new(MINISIGN);
     cmd.arg("-S").arg("-s").arg(secret).arg("-m").arg(file);
     if let Some(to) = to {
@@ -124,7 +126,7 @@ fn sign(secret: &Path, file: &Path, to: Option<&Path>) {
 
 /// The minimal module with a custom section `tag` (and `padding` more bytes), so each
 /// test's module has a digest of its own; still a valid component.
-fn unique_module(dir: &Path, tag: &str, padding: usize) -> PathBuf {
+pub fn unique_module(dir: &Path, tag: &str, padding: usize) -> PathBuf {
     unique_module_of(&minimal_module(), dir, tag, padding)
 }
 
@@ -153,14 +155,14 @@ fn unique_module_of(base: &Path, dir: &Path, tag: &str, padding: usize) -> PathB
     path
 }
 
-fn policy(dir: &Path, name: &str, require: bool, keys: &[&str]) -> PathBuf {
+pub fn policy(dir: &Path, name: &str, require: bool, keys: &[&str]) -> PathBuf {
     let path = dir.join(name);
     let json = json!({"requireSignature": require, "keys": keys});
     std::fs::write(&path, json.to_string()).unwrap();
     path
 }
 
-fn push(module: &Path, to: &str, signature: Option<&Path>) -> String {
+pub fn push(module: &Path, to: &str, signature: Option<&Path>) -> String {
     let mut args = vec![
         "push".to_string(),
         module.display().to_string(),
@@ -174,7 +176,7 @@ fn push(module: &Path, to: &str, signature: Option<&Path>) -> String {
 
 /// A vendor's release: a module of its own (`tag`) signed with `secret`, if given,
 /// pushed to `vendor/TAG:1` with its signature; the module's path.
-fn release(dir: &Path, tag: &str, secret: Option<&Path>) -> PathBuf {
+pub fn release(dir: &Path, tag: &str, secret: Option<&Path>) -> PathBuf {
     let module = unique_module(dir, tag, 0);
     let signature = secret.map(|secret| {
         sign(secret, &module, None);
@@ -189,7 +191,7 @@ fn release(dir: &Path, tag: &str, secret: Option<&Path>) -> PathBuf {
 }
 
 /// `wasm-ipam pull` into `dir/modules` with a cache in `dir/cache`.
-fn pull(dir: &Path, reference: &str, extra: &[&str]) -> (bool, String, String) {
+pub fn pull(dir: &Path, reference: &str, extra: &[&str]) -> (bool, String, String) {
     let mut args: Vec<String> = vec![
         "pull".into(),
         reference.into(),
@@ -216,7 +218,7 @@ fn module_dir_entries(dir: &Path) -> Vec<String> {
 }
 
 /// A refused pull: non-zero, the message has `says`, and nothing was written.
-fn assert_refused(dir: &Path, reference: &str, extra: &[&str], says: &str) {
+pub fn assert_refused(dir: &Path, reference: &str, extra: &[&str], says: &str) {
     let (ok, stdout, stderr) = pull(dir, reference, extra);
     assert!(!ok, "pull {reference} should be refused: {stdout}");
     assert!(
@@ -340,209 +342,6 @@ fn a_vendor_signs_and_pushes_and_a_node_pulls_verifies_and_runs_it() {
     assert_eq!(node.store_entries("testnet"), before);
 }
 
-#[test]
-fn refused_pulls_write_nothing() {
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path();
-    let (key_a, public_a, _) = keypair(dir, "a");
-    let (key_b, _, id_b) = keypair(dir, "b");
-    let strict = policy(dir, "trust.json", true, &[&public_a]);
-    let with_policy = ["--trust-policy", strict.to_str().unwrap()];
-
-    // Unsigned, under a policy that requires a signature: the registry has none.
-    let unsigned = release(dir, "unsigned", None);
-    assert_refused(
-        dir,
-        &oci("vendor/unsigned:1"),
-        &with_policy,
-        "the registry holds no signature for manifest sha256:",
-    );
-    let pushed = push(&unsigned, &oci("vendor/unsigned:2"), None);
-    assert!(
-        pushed.contains("unsigned  nodes whose trust policy requires a signature refuse it"),
-        "{pushed}"
-    );
-
-    // By the module's own sha256 (what ipam.moduleSha256 pins), not the manifest's.
-    let by_module_sha = format!(
-        "{}@sha256:{}",
-        oci("vendor/unsigned"),
-        sha256_hex(&unsigned)
-    );
-    assert_refused(
-        dir,
-        &by_module_sha,
-        &[],
-        "is a blob in vendor/unsigned (a module's own sha256, as ipam.moduleSha256 pins it), not a manifest",
-    );
-    let manifest = pushed
-        .lines()
-        .find_map(|l| l.strip_prefix("pull      "))
-        .and_then(|l| l.strip_suffix(" (the manifest's digest)"))
-        .unwrap_or_else(|| panic!("no pull line: {pushed}"));
-    let manifest_digest = manifest.rsplit_once('@').unwrap().1.to_string();
-    let (ok, _, err) = pull(dir, manifest, &[]);
-    assert!(ok, "pull by the manifest's digest: {err}");
-    std::fs::remove_dir_all(dir.join("modules")).unwrap();
-
-    // Signed by a key the policy does not trust.
-    release(dir, "other-key", Some(&key_b));
-    assert_refused(
-        dir,
-        &oci("vendor/other-key:1"),
-        &with_policy,
-        &format!("signed by key {id_b}"),
-    );
-
-    // A trusted key's signature of another module.
-    let module = unique_module(dir, "swapped", 0);
-    let decoy = unique_module(dir, "decoy", 0);
-    sign(&key_a, &decoy, None);
-    push(
-        &module,
-        &oci("vendor/swapped:1"),
-        Some(&dir.join("decoy.wasm.minisig")),
-    );
-    assert_refused(
-        dir,
-        &oci("vendor/swapped:1"),
-        &with_policy,
-        "does not verify",
-    );
-
-    // A digest the repository does not have: refused as a wrong reference (7), with
-    // what the repository holds.
-    let absent = format!("{}@sha256:{}", oci("vendor/unsigned"), "0".repeat(64));
-    assert_refused(
-        dir,
-        &absent,
-        &[],
-        &format!(
-            "code 7: {absent}: the registry has no manifest sha256:{} in vendor/unsigned; it holds the tags ",
-            "0".repeat(64)
-        ),
-    );
-    for tag in ["1", "2"] {
-        assert_refused(dir, &absent, &[], &format!("{tag} ({manifest_digest})"));
-    }
-    assert_refused(
-        dir,
-        &oci("vendor/never-pushed:1"),
-        &[],
-        "the registry has no tag 1 in vendor/never-pushed; there is no repository",
-    );
-    // A malformed digest: named, before the registry is asked.
-    for digest in [
-        "sha256:abc",
-        "md5:0123",
-        &format!("sha256:{}", "A".repeat(64)),
-    ] {
-        assert_refused(
-            dir,
-            &format!("{}@{digest}", oci("vendor/unsigned")),
-            &[],
-            &format!(
-                "code 7: \"{}@{digest}\" is not a module reference: its digest \"{digest}\" is malformed: a module's digest is `sha256:` and 64 lower-case hex digits",
-                oci("vendor/unsigned")
-            ),
-        );
-    }
-    // TAG@DIGEST whose tag now names another manifest: refused (101), both named, not
-    // pulled by the digest in silence.
-    push(
-        &unique_module(dir, "moved", 0),
-        &oci("vendor/unsigned:3"),
-        None,
-    );
-    let moved = format!("{}:3@{manifest_digest}", oci("vendor/unsigned"));
-    assert_refused(
-        dir,
-        &moved,
-        &[],
-        &format!("code 101: {moved}: the tag 3 names sha256:"),
-    );
-    assert_refused(
-        dir,
-        &moved,
-        &[],
-        &format!(
-            "not {manifest_digest}: pull {}@{manifest_digest} for the module that digest pins, or {}:3 for what the tag names now",
-            oci("vendor/unsigned"),
-            oci("vendor/unsigned")
-        ),
-    );
-    let (ok, _, err) = pull(
-        dir,
-        &format!("{}:1@{manifest_digest}", oci("vendor/unsigned")),
-        &[],
-    );
-    assert!(ok, "a tag that names its digest is pulled: {err}");
-    std::fs::remove_dir_all(dir.join("modules")).unwrap();
-
-    // A layer whose bytes the registry serves changed (its storage tampered with).
-    let tampered = release(dir, "tampered", None);
-    let sha = sha256_hex(&tampered);
-    let blob = registry().storage.join(format!(
-        "docker/registry/v2/blobs/sha256/{}/{sha}/data",
-        &sha[..2]
-    ));
-    let mut bytes = std::fs::read(&blob).unwrap();
-    *bytes.last_mut().unwrap() ^= 1;
-    std::fs::write(&blob, bytes).unwrap();
-    assert_refused(
-        dir,
-        &oci("vendor/tampered:1"),
-        &[],
-        "is not what its manifest describes",
-    );
-
-    // A layer over moduleMaxMiB: refused from its descriptor, before it is fetched.
-    let large = unique_module(dir, "large", 3 << 19);
-    push(&large, &oci("vendor/large:1"), None);
-    assert_refused(
-        dir,
-        &oci("vendor/large:1"),
-        &["--module-max-mib", "1"],
-        "over moduleMaxMiB (1 MiB)",
-    );
-
-    // A manifest over 1 MiB (the registry takes up to 4).
-    let big = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.wasm.config.v0+json",
-                   "digest": "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", "size": 2},
-        "layers": [],
-        "annotations": {"padding": "x".repeat(3 << 19)},
-    });
-    let path = dir.join("big.json");
-    std::fs::write(&path, big.to_string()).unwrap();
-    // The config blob it names (OCI's empty `{}`, which a signature artifact has)
-    // must be in the repository for the registry to take it.
-    release(dir, "config-holder", Some(&key_a));
-    let status = Command::new("python3")
-        .arg("-c")
-        .arg(
-            "import sys, urllib.request as u; \
-             r = u.Request(sys.argv[1], data=open(sys.argv[2], 'rb').read(), method='PUT', \
-             headers={'Content-Type': 'application/vnd.oci.image.manifest.v1+json'}); \
-             u.urlopen(r)",
-        )
-        .arg(format!(
-            "http://{}/v2/vendor/config-holder/manifests/big",
-            registry().address
-        ))
-        .arg(&path)
-        .status()
-        .unwrap();
-    assert!(status.success(), "PUT the large manifest");
-    assert_refused(dir, &oci("vendor/config-holder:big"), &[], "over 1 MiB");
-
-    // A registry that is down.
-    let down = format!("oci://127.0.0.1:{}/vendor/unsigned:1", free_port());
-    assert_refused(dir, &down, &[], "cannot fetch the manifest");
-}
-
 /// The ORAS Python SDK, installed by scripts/test.sh into a virtualenv under target/.
 fn oras_python() -> PathBuf {
     let python = workspace().join("target/oras-py/bin/python");
@@ -631,115 +430,6 @@ fn oras_and_wasm_ipam_pull_what_the_other_pushed() {
     assert_eq!(
         std::fs::read(out.join("from-wasm-ipam.wasm")).unwrap(),
         std::fs::read(&ours).unwrap()
-    );
-}
-
-/// Runs `command` with `node_policy_dir` mounted on /etc/wasm-ipam, in a mount
-/// namespace of its own: the node's policy for this command only.
-fn with_node_policy(node_policy_dir: &Path, command: &Path) -> Command {
-    let mut cmd = Command::new("/usr/bin/unshare");
-    cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
-        .arg(r#"/bin/mount --bind "$1" /etc/wasm-ipam && shift && exec "$@""#)
-        .arg("sh")
-        .arg(node_policy_dir)
-        .arg(command);
-    cmd
-}
-
-/// Directories that exist for the duration (to mount on), removed after if this
-/// test made them; a node whose /etc/wasm-ipam is empty has no policy.
-struct MountPoints(Vec<PathBuf>);
-
-impl MountPoints {
-    fn new(paths: &[&str]) -> Self {
-        let mut made = Vec::new();
-        for path in paths {
-            // The missing ancestors too, outermost first, so they are removed last.
-            let missing: Vec<&Path> = Path::new(path)
-                .ancestors()
-                .take_while(|p| !p.exists())
-                .collect();
-            for dir in missing.into_iter().rev() {
-                std::fs::create_dir(dir).unwrap();
-                made.push(dir.to_path_buf());
-            }
-        }
-        MountPoints(made)
-    }
-}
-
-impl Drop for MountPoints {
-    fn drop(&mut self) {
-        for dir in self.0.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-#[test]
-fn a_netconf_adds_to_the_node_policy_and_never_weakens_it() {
-    let work = tempfile::tempdir().unwrap();
-    let dir = work.path();
-    let _mount_points = MountPoints::new(&["/etc/wasm-ipam"]);
-    let etc = dir.join("etc");
-    std::fs::create_dir(&etc).unwrap();
-    let (key, public, id) = keypair(dir, "vendor");
-    let unsigned = unique_module(dir, "node-unsigned", 0);
-    let signed = unique_module(dir, "node-signed", 0);
-    sign(&key, &signed, None);
-    let lenient = policy(dir, "lenient.json", false, &[]);
-    let strict = policy(dir, "strict.json", true, &[&public]);
-    let node = Node::new();
-    let call = |module: &Path, netconf_policy: Option<&Path>, id: &str| {
-        let mut ipam = json!({"cacheDir": dir.join("cache"), "addresses": ["10.73.0.5/24", "10.73.0.6/24", "10.73.0.7/24", "10.73.0.8/24"]});
-        if let Some(p) = netconf_policy {
-            ipam["trustPolicy"] = json!(p);
-        }
-        let conf = node.netconf("1.1.0", module, ipam);
-        let child = Call::new("ADD", id)
-            .spawn_command(with_node_policy(&etc, bin()), conf.to_string().as_bytes());
-        reply(child.wait_with_output().unwrap())
-    };
-
-    // No node policy, a lenient netconf one: unsigned runs.
-    call(&unsigned, Some(&lenient), "c1").assert_ok();
-    // The node requires the vendor's key: the lenient netconf cannot undo it.
-    std::fs::copy(&strict, etc.join("trust.json")).unwrap();
-    let refused = call(&unsigned, Some(&lenient), "c2");
-    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
-    assert!(
-        refused
-            .msg()
-            .contains("/etc/wasm-ipam/trust.json requires one"),
-        "{}",
-        refused.msg()
-    );
-    let ran = call(&signed, Some(&lenient), "c3");
-    ran.assert_ok();
-    // A lenient node, a strict netconf: the netconf's requirement holds.
-    std::fs::copy(&lenient, etc.join("trust.json")).unwrap();
-    let refused = call(&unsigned, Some(&strict), "c4");
-    assert_eq!(refused.error_code(), 110, "{}", refused.msg());
-    call(&signed, Some(&strict), "c5").assert_ok();
-    // inspect and pull read the node's policy too.
-    std::fs::copy(&strict, etc.join("trust.json")).unwrap();
-    let out = with_node_policy(&etc, bin())
-        .args(["inspect", unsigned.to_str().unwrap(), "--no-cache"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        !out.status.success() && text.contains("trust     REFUSED"),
-        "{text}"
-    );
-    let out = with_node_policy(&etc, bin())
-        .args(["inspect", signed.to_str().unwrap(), "--no-cache"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!("trusted: signed by key {id}")),
-        "{text}"
     );
 }
 
@@ -919,4 +609,34 @@ fn a_go_module_is_signed_pushed_pulled_and_run_like_any_other() {
     let reply = Call::new("ADD", "c1").run(&conf);
     reply.assert_ok();
     assert_eq!(reply.address(), "10.72.0.5/24");
+}
+
+/// Directories that exist for the duration (to mount on), removed after if this
+/// test made them; a node whose /etc/wasm-ipam is empty has no policy.
+pub struct MountPoints(Vec<PathBuf>);
+
+impl MountPoints {
+    pub fn new(paths: &[&str]) -> Self {
+        let mut made = Vec::new();
+        for path in paths {
+            // The missing ancestors too, outermost first, so they are removed last.
+            let missing: Vec<&Path> = Path::new(path)
+                .ancestors()
+                .take_while(|p| !p.exists())
+                .collect();
+            for dir in missing.into_iter().rev() {
+                std::fs::create_dir(dir).unwrap();
+                made.push(dir.to_path_buf());
+            }
+        }
+        MountPoints(made)
+    }
+}
+
+impl Drop for MountPoints {
+    fn drop(&mut self) {
+        for dir in self.0.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }

@@ -216,6 +216,8 @@ fn lock_failed(path: &Path, e: std::io::Error) -> CniError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::flocks::waits_on_flock_of;
+    use crate::test_support::waiting::wait_until;
 
     #[test]
     fn timeout_when_held_then_granted_after_release() {
@@ -226,31 +228,6 @@ mod tests {
         assert_eq!(err.code, 11);
         drop(held);
         acquire(&path, Some(Duration::from_secs(30))).expect("granted once released");
-    }
-
-    /// Waits until a thread of this process is blocked on `file`'s flock (a `->`
-    /// line in /proc/locks with our pid and its inode).
-    fn wait_until_blocked_on(file: &File) {
-        use std::os::unix::fs::MetadataExt;
-        let pid = std::process::id().to_string();
-        let inode = file.metadata().unwrap().ino().to_string();
-        let started = Instant::now();
-        loop {
-            let locks = std::fs::read_to_string("/proc/locks").unwrap();
-            if locks.lines().any(|l| {
-                let fields: Vec<&str> = l.split_whitespace().collect();
-                fields.get(1) == Some(&"->")
-                    && fields.get(5) == Some(&pid.as_str())
-                    && fields.get(6).and_then(|f| f.rsplit(':').next()) == Some(&inode)
-            }) {
-                return;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the call never waited on the flock"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
     }
 
     #[test]
@@ -288,14 +265,19 @@ mod tests {
         // The lock is held, so the call queues; someone holds the queue's counter, so
         // its non-blocking first pass cannot join.
         let holder = acquire(&path, None).unwrap();
-        let tail = File::open(queue_dir(&path).join("tail")).unwrap();
+        let tail_path = queue_dir(&path).join("tail");
+        let tail = File::open(&tail_path).unwrap();
         tail.lock().unwrap();
         let (tx, rx) = mpsc::channel();
         let waiting = path.clone();
         std::thread::spawn(move || {
             let _ = tx.send(acquire(&waiting, Some(Duration::from_secs(60))));
         });
-        wait_until_blocked_on(&tail);
+        wait_until(
+            "the call waited on the flock",
+            Duration::from_secs(60),
+            || waits_on_flock_of(std::process::id(), &tail_path),
+        );
         drop(holder);
         assert!(
             rx.recv_timeout(Duration::from_millis(300)).is_err(),

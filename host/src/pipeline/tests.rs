@@ -10,6 +10,8 @@ use crate::config::NetConf;
 use crate::module::cache::ModuleCache;
 use crate::module::question::{Call, Handle};
 use crate::store::{Records, Usage};
+use crate::test_support::waiting::wait_until;
+use crate::test_support::wat_component::{HANDLER_EXPORTS, component_from_core_wat};
 use sha2::{Digest, Sha256};
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -104,8 +106,7 @@ impl Node {
 }
 
 /// A core module exporting `cni:ipam/handler@0.1.0` whose every handler puts `k` =
-/// [1] and then does `then`, made a component with wit-component as `wasm-tools
-/// component new` makes one, and compiled into the node's cache (the per-call code
+/// [1] and then does `then`, made a component, and compiled into the node's cache (the per-call code
 /// has no compiler; the test build's wasmtime has one).
 fn build_module(dir: &Path, then: Then) -> PathBuf {
     let then = match then {
@@ -125,36 +126,9 @@ fn build_module(dir: &Path, then: Then) -> PathBuf {
             (call $put (i32.const 0) (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 64))
             {then}
             (i32.const 512))
-          (export "cni:ipam/handler@0.1.0#add" (func $handler))
-          (export "cni:ipam/handler@0.1.0#del" (func $handler))
-          (export "cni:ipam/handler@0.1.0#check" (func $handler))
-          (export "cni:ipam/handler@0.1.0#gc" (func $handler))
-          (export "cni:ipam/handler@0.1.0#status" (func $handler)))"#
+          {HANDLER_EXPORTS})"#
     );
-    let mut module = wat::parse_str(&core).unwrap();
-    let mut resolve = wit_parser::Resolve::default();
-    let package = resolve
-        .push_file(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../wit/v0.1.0/ipam.wit"
-        ))
-        .unwrap();
-    let world = resolve
-        .select_world(&[package], Some("ipam-module"))
-        .unwrap();
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
-    let bytes = wit_component::ComponentEncoder::default()
-        .module(&module)
-        .unwrap()
-        .validate(true)
-        .encode()
-        .unwrap();
+    let bytes = component_from_core_wat(&core);
     let engine = wasmtime::Engine::new(&crate::module::engine::config()).unwrap();
     let artifact = wasmtime::component::Component::new(&engine, &bytes)
         .unwrap()
@@ -251,7 +225,7 @@ impl store::Store for Wrapped {
             ));
         }
         if self.wrapper.late {
-            wait_for(expired);
+            wait_until("the deadline passed", PATIENCE, expired);
         }
         self.inner.commit_written(network, changes, quota, expired)
     }
@@ -328,15 +302,6 @@ impl store::Shared for Wrapped {
     }
 }
 
-/// Waits until `condition` holds, at most [`PATIENCE`].
-fn wait_for(condition: &dyn Fn() -> bool) {
-    let until = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < until, "waited {PATIENCE:?} in vain");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// A run queued behind a holder for longer than its whole budget still gets that
 /// budget: the store is opened only after the grant, with the budget (nearly) whole,
 /// and the module answers and commits.
@@ -354,7 +319,9 @@ fn the_budget_starts_at_the_grant_however_long_the_queue() {
     };
     let released = std::thread::scope(|s| {
         let run = s.spawn(|| node.add(&store, &gone));
-        wait_for(&|| queued.load(Ordering::SeqCst));
+        wait_until("the run queued on the lock", PATIENCE, || {
+            queued.load(Ordering::SeqCst)
+        });
         assert!(store.opened.lock().unwrap().is_empty(), "opened unlocked");
         // Held past the whole budget of the queued run.
         std::thread::sleep(budget + Duration::from_millis(500));

@@ -6,11 +6,15 @@
 
 mod support;
 
+use k8s_cri::v1::PodSandboxConfig;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::Path;
 use std::time::Duration;
 use support::containerd::{CannotRun, Containerd};
 use support::cri::REQUEST_TIMEOUT;
-use support::ipam::{Allocation, blocked_on_lock, has_exited, running_calls};
+use support::flocks::waits_on_a_flock;
+use support::ipam::{Allocation, RunningCall, has_exited, running_calls};
 use support::*;
 
 /// Starts a containerd for `test` with its own bridge and subnet, or says why the
@@ -164,6 +168,73 @@ fn pods_get_the_addresses_wasm_ipam_lists_and_leave_none_behind() {
     assert!(failed.is_empty(), "calls that failed: {failed:?}");
 }
 
+/// The calls of `command` this runtime (`containerd`) is making now.
+fn running_calls_of(containerd: &Containerd, command: &str) -> Vec<RunningCall> {
+    running_calls(wasm_ipam_bin(), &containerd.cni_bin_dir)
+        .into_iter()
+        .filter(|call| call.command == command)
+        .collect()
+}
+
+/// Still under the held lock (`holder`): the ADD `add` gives up as its caller is
+/// killed, and the runtime's cleanup queues a DEL for the same sandbox. Once the lock
+/// is free the DEL finishes and no call of this runtime is left running.
+fn wait_for_the_cleanup_under_the_lock(containerd: &Containerd, add: &RunningCall, holder: File) {
+    wait_for(
+        "the orphaned ADD leaves the queue while the lock is still held",
+        Duration::from_secs(60),
+        || has_exited(add.pid).then_some(()),
+    );
+    let del = wait_for(
+        "containerd's cleanup runs a DEL for the cancelled sandbox, waiting on the lock",
+        Duration::from_secs(60),
+        || {
+            running_calls_of(containerd, "DEL")
+                .into_iter()
+                .find(|call| call.container_id == add.container_id && waits_on_a_flock(call.pid))
+        },
+    );
+    drop(holder);
+    wait_for(
+        "the DEL finishes once the lock is free",
+        Duration::from_secs(60),
+        || has_exited(del.pid).then_some(()),
+    );
+    wait_for(
+        "no wasm-ipam call of this runtime is left running",
+        Duration::from_secs(120),
+        || {
+            running_calls(wasm_ipam_bin(), &containerd.cni_bin_dir)
+                .is_empty()
+                .then_some(())
+        },
+    );
+}
+
+/// Runs a pod sandbox of `config` (`what` names it in a failure): the address it
+/// was given on eth0.
+fn run_allocated(containerd: &Containerd, config: PodSandboxConfig, what: &str) -> Allocation {
+    let sandbox = containerd
+        .cri
+        .run_pod_sandbox(config, REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    Allocation {
+        address: containerd.cri.pod_ip(&sandbox).unwrap(),
+        container_id: sandbox,
+        ifname: "eth0".into(),
+    }
+}
+
+/// The call log's invocation lines of sandbox `sandbox`.
+fn calls_logged_for(containerd: &Containerd, sandbox: &str) -> Vec<serde_json::Value> {
+    containerd
+        .ipam
+        .invocations()
+        .into_iter()
+        .filter(|line| line["container_id"] == sandbox)
+        .collect()
+}
+
 /// kubelet gives up on RunPodSandbox (its deadline passes) while the pod's IPAM call
 /// waits for the lock, held here. containerd then kills `bridge`; the orphaned
 /// wasm-ipam ADD leaves the queue without allocating, and containerd's own cleanup
@@ -185,24 +256,14 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
         return;
     };
     let bin = wasm_ipam_bin();
-    let calls = |command: &str| {
-        running_calls(bin, &containerd.cni_bin_dir)
-            .into_iter()
-            .filter(|call| call.command == command)
-            .collect::<Vec<_>>()
-    };
     // kubelet's is 4 minutes (twice --runtime-request-timeout); a short one here, long
     // enough for containerd to reach the IPAM call on a loaded machine.
     let deadline = Duration::from_secs(20);
-    let resident = containerd
-        .cri
-        .run_pod_sandbox(containerd.pod_config("resident"), REQUEST_TIMEOUT)
-        .unwrap_or_else(|e| panic!("RunPodSandbox: {e}"));
-    let resident = Allocation {
-        address: containerd.cri.pod_ip(&resident).unwrap(),
-        container_id: resident,
-        ifname: "eth0".into(),
-    };
+    let resident = run_allocated(
+        &containerd,
+        containerd.pod_config("resident"),
+        "RunPodSandbox",
+    );
 
     let holder = containerd.ipam.hold_lock();
     let (add, cancelled) = std::thread::scope(|s| {
@@ -215,7 +276,9 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
             "the pod's wasm-ipam ADD waits on the held lock",
             Duration::from_secs(120),
             || {
-                let waiting = calls("ADD").into_iter().find(|c| blocked_on_lock(c.pid));
+                let waiting = running_calls_of(&containerd, "ADD")
+                    .into_iter()
+                    .find(|c| waits_on_a_flock(c.pid));
                 assert!(
                     waiting.is_some() || !run.is_finished(),
                     "RunPodSandbox ended before its IPAM call was seen waiting on the lock"
@@ -235,37 +298,7 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
     );
     let sandbox = add.container_id.clone();
 
-    // Still under the held lock: the ADD gives up as its caller is killed, and the
-    // runtime's cleanup queues a DEL for the same sandbox.
-    wait_for(
-        "the orphaned ADD leaves the queue while the lock is still held",
-        Duration::from_secs(60),
-        || has_exited(add.pid).then_some(()),
-    );
-    let del = wait_for(
-        "containerd's cleanup runs a DEL for the cancelled sandbox, waiting on the lock",
-        Duration::from_secs(60),
-        || {
-            calls("DEL")
-                .into_iter()
-                .find(|call| call.container_id == sandbox && blocked_on_lock(call.pid))
-        },
-    );
-    drop(holder);
-    wait_for(
-        "the DEL finishes once the lock is free",
-        Duration::from_secs(60),
-        || has_exited(del.pid).then_some(()),
-    );
-    wait_for(
-        "no wasm-ipam call of this runtime is left running",
-        Duration::from_secs(120),
-        || {
-            running_calls(bin, &containerd.cni_bin_dir)
-                .is_empty()
-                .then_some(())
-        },
-    );
+    wait_for_the_cleanup_under_the_lock(&containerd, &add, holder);
     stop_and_remove_all_but(&containerd, Some(&resident.container_id));
     assert_eq!(
         containerd.ipam.list(bin),
@@ -275,12 +308,7 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
     assert_eq!(containerd.netns_left().len(), 1);
     assert_eq!(containerd.bridge_ports().len(), 1);
 
-    let for_sandbox: Vec<_> = containerd
-        .ipam
-        .invocations()
-        .into_iter()
-        .filter(|line| line["container_id"] == sandbox.as_str())
-        .collect();
+    let for_sandbox = calls_logged_for(&containerd, &sandbox);
     let outcomes: Vec<_> = for_sandbox
         .iter()
         .map(|line| {
@@ -299,15 +327,7 @@ fn a_cancelled_run_pod_sandbox_leaves_no_address() {
 
     let mut retry = containerd.pod_config("cancelled");
     retry.metadata.as_mut().unwrap().attempt = 1;
-    let retried = containerd
-        .cri
-        .run_pod_sandbox(retry, REQUEST_TIMEOUT)
-        .unwrap_or_else(|e| panic!("RunPodSandbox, retried: {e}"));
-    let retried = Allocation {
-        address: containerd.cri.pod_ip(&retried).unwrap(),
-        container_id: retried,
-        ifname: "eth0".into(),
-    };
+    let retried = run_allocated(&containerd, retry, "RunPodSandbox, retried");
     let mut expected = vec![resident, retried];
     expected.sort();
     let mut listed = containerd.ipam.list(bin);
@@ -351,6 +371,93 @@ fn gc_leaks(stdout: &str) -> BTreeSet<(String, String, bool)> {
 /// nothing when the runtime cannot answer, answers an empty list, or the leaks are
 /// younger than the grace period; and with the default grace it never releases a pod
 /// being started by a herd of RunPodSandbox calls racing it.
+/// Runs pod `name` on `containerd`: its sandbox's id. A failure shows the end of
+/// containerd's log.
+fn run_pod(containerd: &Containerd, name: &str) -> String {
+    containerd
+        .cri
+        .run_pod_sandbox(containerd.pod_config(name), REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| {
+            panic!(
+                "RunPodSandbox {name}: {e}\ncontainerd's log ends:\n{}",
+                containerd.log_tail()
+            )
+        })
+}
+
+/// `gc` with the default grace racing a herd of eight pods being started: none of
+/// theirs goes. The herd's sandboxes.
+fn check_gc_spares_a_herd_being_started(
+    containerd: &Containerd,
+    bin: &Path,
+    endpoint: &str,
+) -> BTreeSet<String> {
+    // The default grace racing a herd of pods being started: none of theirs goes.
+    let herd: BTreeSet<String> = std::thread::scope(|s| {
+        let pods: Vec<_> = (0..8)
+            .map(|i| s.spawn(move || run_pod(containerd, &format!("herd-{i}"))))
+            .collect();
+        let sweeps: Vec<_> = (0..4)
+            .map(|_| {
+                let ipam = &containerd.ipam;
+                s.spawn(move || ipam.gc(bin, &["--runtime-endpoint", endpoint, "--json"]))
+            })
+            .collect();
+        for sweep in sweeps {
+            let (ok, stdout, stderr) = sweep.join().unwrap();
+            assert!(ok, "{stderr}");
+            assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
+        }
+        pods.into_iter().map(|p| p.join().unwrap()).collect()
+    });
+    let held: BTreeSet<String> = containerd
+        .ipam
+        .list(bin)
+        .into_iter()
+        .map(|a| a.container_id)
+        .collect();
+    assert!(herd.is_subset(&held), "a pod of the herd lost its address");
+    herd
+}
+
+/// The dry run lists exactly the lost pods' addresses (`lost_addresses`, of the
+/// sandboxes `lost`), and changes nothing; with the default grace (15 minutes) these
+/// young leaks stay. The runtime at `endpoint` runs `held` pods in all.
+fn check_dry_run_and_grace_release_nothing(
+    containerd: &Containerd,
+    bin: &Path,
+    endpoint: &str,
+    (lost, lost_addresses): (&BTreeSet<String>, &BTreeSet<(String, String)>),
+    held: usize,
+) {
+    let (ok, stdout, stderr) = containerd.ipam.gc(
+        bin,
+        &[
+            "--runtime-endpoint",
+            endpoint,
+            "--grace",
+            "0s",
+            "--dry-run",
+            "--json",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    let expected: BTreeSet<(String, String, bool)> = lost_addresses
+        .iter()
+        .map(|(id, ip)| (id.clone(), ip.clone(), false))
+        .collect();
+    assert_eq!(gc_leaks(&stdout), expected);
+    assert!(lost_addresses.iter().all(|(id, _)| lost.contains(id)));
+    assert_eq!(containerd.ipam.list(bin).len(), held);
+
+    let (ok, stdout, stderr) = containerd
+        .ipam
+        .gc(bin, &["--runtime-endpoint", endpoint, "--json"]);
+    assert!(ok, "{stderr}");
+    assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
+    assert_eq!(containerd.ipam.list(bin).len(), held);
+}
+
 #[test]
 fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     let _serial = serial();
@@ -362,19 +469,8 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
         return;
     };
     let bin = wasm_ipam_bin();
-    let run = |containerd: &Containerd, name: &str| {
-        containerd
-            .cri
-            .run_pod_sandbox(containerd.pod_config(name), REQUEST_TIMEOUT)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "RunPodSandbox {name}: {e}\ncontainerd's log ends:\n{}",
-                    containerd.log_tail()
-                )
-            })
-    };
     let lost: BTreeSet<String> = (0..3)
-        .map(|i| run(&containerd, &format!("lost-{i}")))
+        .map(|i| run_pod(&containerd, &format!("lost-{i}")))
         .collect();
     let lost_addresses: BTreeSet<(String, String)> = containerd
         .ipam
@@ -401,7 +497,7 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     assert_eq!(containerd.ipam.list(bin).len(), 3);
 
     let live: BTreeSet<String> = (0..2)
-        .map(|i| run(&containerd, &format!("live-{i}")))
+        .map(|i| run_pod(&containerd, &format!("live-{i}")))
         .collect();
     let live_ips: Vec<String> = live
         .iter()
@@ -422,63 +518,15 @@ fn gc_releases_exactly_the_addresses_a_reset_runtime_lost() {
     assert!(!ok && stderr.contains("nothing was released"), "{stderr}");
     assert_eq!(containerd.ipam.list(bin).len(), 5);
 
-    // The dry run lists exactly the lost pods' addresses, and changes nothing.
-    let (ok, stdout, stderr) = containerd.ipam.gc(
+    check_dry_run_and_grace_release_nothing(
+        &containerd,
         bin,
-        &[
-            "--runtime-endpoint",
-            &endpoint,
-            "--grace",
-            "0s",
-            "--dry-run",
-            "--json",
-        ],
+        &endpoint,
+        (&lost, &lost_addresses),
+        5,
     );
-    assert!(ok, "{stderr}");
-    let expected: BTreeSet<(String, String, bool)> = lost_addresses
-        .iter()
-        .map(|(id, ip)| (id.clone(), ip.clone(), false))
-        .collect();
-    assert_eq!(gc_leaks(&stdout), expected);
-    assert!(lost_addresses.iter().all(|(id, _)| lost.contains(id)));
-    assert_eq!(containerd.ipam.list(bin).len(), 5);
 
-    // With the default grace (15 minutes) these young leaks stay.
-    let (ok, stdout, stderr) = containerd
-        .ipam
-        .gc(bin, &["--runtime-endpoint", &endpoint, "--json"]);
-    assert!(ok, "{stderr}");
-    assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
-    assert_eq!(containerd.ipam.list(bin).len(), 5);
-
-    // The default grace racing a herd of pods being started: none of theirs goes.
-    let herd: BTreeSet<String> = std::thread::scope(|s| {
-        let pods: Vec<_> = (0..8)
-            .map(|i| {
-                let containerd = &containerd;
-                s.spawn(move || run(containerd, &format!("herd-{i}")))
-            })
-            .collect();
-        let sweeps: Vec<_> = (0..4)
-            .map(|_| {
-                let (ipam, endpoint) = (&containerd.ipam, &endpoint);
-                s.spawn(move || ipam.gc(bin, &["--runtime-endpoint", endpoint, "--json"]))
-            })
-            .collect();
-        for sweep in sweeps {
-            let (ok, stdout, stderr) = sweep.join().unwrap();
-            assert!(ok, "{stderr}");
-            assert!(gc_leaks(&stdout).is_empty(), "{stdout}");
-        }
-        pods.into_iter().map(|p| p.join().unwrap()).collect()
-    });
-    let held: BTreeSet<String> = containerd
-        .ipam
-        .list(bin)
-        .into_iter()
-        .map(|a| a.container_id)
-        .collect();
-    assert!(herd.is_subset(&held), "a pod of the herd lost its address");
+    let herd = check_gc_spares_a_herd_being_started(&containerd, bin, &endpoint);
 
     // Released for real: exactly the lost ones, through the module's GC.
     let (ok, stdout, stderr) = containerd.ipam.gc(

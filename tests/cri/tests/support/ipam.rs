@@ -82,10 +82,7 @@ impl IpamPaths {
     /// Takes the host-wide lock with flock(2), as any process may: every call waits
     /// until the returned file is dropped.
     pub fn hold_lock(&self) -> File {
-        std::fs::create_dir_all(self.lock_file.parent().unwrap()).unwrap();
-        let file = File::create(&self.lock_file).unwrap();
-        file.lock().unwrap();
-        file
+        super::flocks::hold_flock(&self.lock_file)
     }
 
     /// The call log's `invocation` lines (one per call).
@@ -162,13 +159,4 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(") ")?;
     Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-/// Whether process `pid` is blocked waiting for a flock (a `->` line in /proc/locks).
-pub fn blocked_on_lock(pid: u32) -> bool {
-    let locks = std::fs::read_to_string("/proc/locks").unwrap();
-    locks.lines().any(|line| {
-        let mut fields = line.split_whitespace().skip(1);
-        fields.next() == Some("->") && fields.nth(3).is_some_and(|p| p == pid.to_string())
-    })
 }

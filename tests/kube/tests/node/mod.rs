@@ -3,51 +3,21 @@
 
 #[path = "../../../shared/builds.rs"]
 mod builds;
+#[path = "../../../shared/plugin_binary.rs"]
+mod plugin_binary;
 pub mod pods;
+#[allow(dead_code, reason = "shared by several suites, each using part of it")]
+#[path = "../../../shared/waiting.rs"]
+mod waiting;
+
+pub use plugin_binary::{wasm_ipam_bin, workspace};
+pub use waiting::{wait_for, wait_for_explained};
 
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("tests/kube sits two levels under the workspace")
-        .to_path_buf()
-}
-
-/// `wasm-ipam` and `wasm-ipam-compile` of this build (`<target>/<profile>/`), built
-/// when missing, as the CRI suite finds them.
-pub fn wasm_ipam_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("this test's own path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("a test binary lives in <target>/<profile>/deps");
-        for (file, package) in [
-            ("wasm-ipam", "wasm-ipam"),
-            ("wasm-ipam-compile", "wasm-ipam-compiler"),
-        ] {
-            if profile_dir.join(file).is_file() {
-                continue;
-            }
-            // One package a build: together, cargo would unify their wasmtime features.
-            let status = Command::new(env!("CARGO"))
-                .current_dir(workspace())
-                .args(["build", "-p", package])
-                .status()
-                .expect("run cargo to build wasm-ipam");
-            assert!(status.success(), "cargo build -p {package} failed");
-        }
-        profile_dir.join("wasm-ipam")
-    })
-}
 
 pub fn module(file: &str) -> PathBuf {
     builds::modules_dir(&workspace()).join(file)
@@ -385,31 +355,6 @@ fn read_env(path: &Path) -> BTreeMap<String, String> {
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect()
-}
-
-/// Polls `probe` until it gives a value; panics naming `what` if `limit` passes first.
-pub fn wait_for<T>(what: &str, limit: Duration, probe: impl FnMut() -> Option<T>) -> T {
-    wait_for_explained(what, limit, probe, String::new)
-}
-
-/// [`wait_for`], whose panic adds what `explain` finds then (the state the wait saw
-/// last, the logs' reasons): a CI run's failure must say why without a rerun.
-pub fn wait_for_explained<T>(
-    what: &str,
-    limit: Duration,
-    mut probe: impl FnMut() -> Option<T>,
-    explain: impl FnOnce() -> String,
-) -> T {
-    let started = Instant::now();
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        if started.elapsed() >= limit {
-            panic!("waited {limit:?}, and never: {what}\n{}", explain());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 impl Node {
