@@ -108,7 +108,7 @@ fn run(
     // A GC that outgrows one transaction of the store goes in batches, each its own
     // locked run (so the node's other calls go on between them) and each atomic.
     let mut batches = 1;
-    while invocation.command == Command::Gc && ran.full && batches < MAX_GC_BATCHES {
+    while invocation.command == Command::Gc && ran.commit_was_full && batches < MAX_GC_BATCHES {
         ran = run();
         batches += 1;
     }

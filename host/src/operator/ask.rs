@@ -240,7 +240,7 @@ impl NetworkToAsk {
     }
 
     /// [`NetworkToAsk::run`], saying whether the run's commit filled the store's
-    /// transaction ([`pipeline::RunOutcome::full`]): the module may have left work for
+    /// transaction ([`pipeline::RunOutcome::commit_was_full`]): the module may have left work for
     /// another run.
     pub fn run_batch<T>(
         &self,
@@ -260,9 +260,9 @@ impl NetworkToAsk {
                 self.served_by.sha256,
             )));
         }
-        let full = ran.full;
+        let commit_was_full = ran.commit_was_full;
         ran.result
-            .map(|answer| Batch { answer, full })
+            .map(|answer| Batch { answer, commit_was_full })
             .map_err(|e| in_network(&self.network, e))
     }
 
@@ -315,7 +315,7 @@ impl std::fmt::Display for Note {
 /// One run's answer, and whether its commit filled the store's transaction.
 pub struct Batch<T> {
     pub answer: T,
-    pub full: bool,
+    pub commit_was_full: bool,
 }
 
 /// Each network's [`NetworkToAsk`]; one whose record cannot be read or used is a note

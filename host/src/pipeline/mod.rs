@@ -84,7 +84,7 @@ pub enum Writes {
     /// compared nor counted against the store's transaction): for an answer the
     /// writing ask reads again where it acts (gc's list of allocations: the module's
     /// GC reads each one it releases).
-    Unchecked,
+    ReadOnlyUntracked,
     Commit,
 }
 
@@ -99,11 +99,11 @@ pub struct RunOutcome<T> {
     /// It committed, and its commit filled the store's transaction to within
     /// [`FULL_MARGIN`] keys: a module that bounds its work by `commit-room` may have
     /// left some for another run (gc and release-node run again while this holds).
-    pub full: bool,
+    pub commit_was_full: bool,
 }
 
 /// How close to the store's transaction limit a commit must come to be
-/// [`RunOutcome::full`]: more than any one unit of a module's bounded work needs.
+/// [`RunOutcome::commit_was_full`]: more than any one unit of a module's bounded work needs.
 pub const FULL_MARGIN: u64 = 8;
 
 impl<T> RunOutcome<T> {
@@ -179,7 +179,7 @@ fn run_on<T>(
         tracing::warn!(target: "status", "cannot record what this call learned for STATUS: {e}");
     }
     RunOutcome {
-        full: result.is_ok() && report.guest.full,
+        commit_was_full: result.is_ok() && report.guest.commit_was_full,
         result,
         sha256: loaded.as_ref().map(|l| l.module.sha256.clone()),
         loaded,
@@ -472,7 +472,7 @@ impl Session<'_> {
         );
         guest_store = match writes {
             Writes::ReadOnly => guest_store.read_only(),
-            Writes::Unchecked => guest_store.unchecked(),
+            Writes::ReadOnlyUntracked => guest_store.untracked(),
             Writes::Commit => guest_store,
         };
         let state = GuestState::new(
@@ -530,7 +530,7 @@ impl Session<'_> {
     /// Writes the staged changes as one commit, with the record of the module serving
     /// the network, within the network's quota and before the deadline.
     fn commit(&mut self) -> Result<Written, CniError> {
-        self.report.full = false;
+        self.report.commit_was_full = false;
         if let Some(written) = self.forgotten.take() {
             return Ok(written);
         }
@@ -559,7 +559,7 @@ impl Session<'_> {
             entries: ipam.limits.store_entries,
             bytes: ipam.limits.store_bytes,
         };
-        self.report.full = store
+        self.report.commit_was_full = store
             .commit_room(&self.network.name, &changes)
             .is_some_and(|room| room < FULL_MARGIN);
         let deadline = self.deadline;

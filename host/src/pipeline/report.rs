@@ -72,8 +72,8 @@ pub(super) struct GuestReport {
     pub retries: u32,
     /// What the run asked of the network's store, when nodes share it.
     pub store: Option<(store::Remote, store::Figures)>,
-    /// Its commit filled the store's transaction ([`super::RunOutcome::full`]).
-    pub full: bool,
+    /// Its commit filled the store's transaction ([`super::RunOutcome::commit_was_full`]).
+    pub commit_was_full: bool,
     /// What the run learned for CNI STATUS ([`crate::health`]).
     pub learned: crate::health::Learned,
 }
@@ -129,7 +129,7 @@ pub(super) fn log(
                 abandoned_at = report.abandoned.unwrap_or_default(),
                 guest_log_dropped = guest.log_dropped,
                 store_retries = guest.retries,
-                commit_full = guest.full,
+                commit_full = guest.commit_was_full,
                 etcd_requests = etcd.requests,
                 etcd_conflicts = etcd.conflicts,
                 etcd_ms = ms(etcd.time),

@@ -135,7 +135,7 @@ pub enum AttachmentChange {
     },
     /// A GC committed: every record of `node` whose attachment is not in `valid`
     /// (container id, ifname) goes.
-    Kept {
+    Collected {
         node: String,
         valid: Vec<(String, String)>,
     },

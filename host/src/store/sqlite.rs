@@ -508,7 +508,7 @@ fn write_attachment(
             )?
             .execute([network, container_id, ifname])?;
         }
-        AttachmentChange::Kept { node, valid } => {
+        AttachmentChange::Collected { node, valid } => {
             let valid: std::collections::BTreeSet<&(String, String)> = valid.iter().collect();
             let mut listed = tx.prepare_cached(
                 "SELECT container_id, ifname FROM attachments WHERE network = ?1 AND node = ?2",
@@ -1113,7 +1113,7 @@ mod tests {
         commit(
             &mut store,
             "b",
-            AttachmentChange::Kept {
+            AttachmentChange::Collected {
                 node: "here".into(),
                 valid: vec![("c".into(), "eth0".into())],
             },

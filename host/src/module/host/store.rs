@@ -29,7 +29,7 @@ pub struct GuestStore {
     read_only: bool,
     /// Set for a read-only ask whose answer the writing ask checks again: every read
     /// is a peek, so the commit neither compares nor counts it.
-    unchecked: bool,
+    untracked: bool,
 }
 
 fn staged_cost(key: &str, value: Option<&Vec<u8>>) -> usize {
@@ -51,7 +51,7 @@ impl GuestStore {
             host_memory,
             deadline,
             read_only: false,
-            unchecked: false,
+            untracked: false,
         }
     }
 
@@ -61,10 +61,11 @@ impl GuestStore {
         self
     }
 
-    /// A read-only store whose reads the commit does not check ([`Store::peek`]).
-    pub fn unchecked(mut self) -> Self {
+    /// A read-only store whose reads the commit does not track: neither compared at
+    /// the commit nor counted against its transaction ([`Store::peek`]).
+    pub fn untracked(mut self) -> Self {
         self.read_only = true;
-        self.unchecked = true;
+        self.untracked = true;
         self
     }
 
@@ -123,7 +124,7 @@ impl Host for GuestStore {
         if let Some(staged) = self.staged.get(&key) {
             return Ok(staged.clone());
         }
-        Ok(match self.unchecked {
+        Ok(match self.untracked {
             false => self.store.get(&self.network, &key)?,
             true => self.store.peek(&self.network, &key)?,
         })
@@ -204,7 +205,7 @@ impl GuestStore {
                 }
             }
         };
-        match peek || self.unchecked {
+        match peek || self.untracked {
             false => self
                 .store
                 .visit_prefix(&self.network, &prefix, &mut visit)?,

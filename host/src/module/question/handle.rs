@@ -53,7 +53,7 @@ impl Question for Handle {
                 container_id: request.container_id.clone(),
                 ifname: request.ifname.clone(),
             }),
-            Call::Gc(valid) => Some(AttachmentChange::Kept {
+            Call::Gc(valid) => Some(AttachmentChange::Collected {
                 node: request.node_name.clone(),
                 valid: valid
                     .iter()

@@ -157,9 +157,9 @@ fn reconcile(
     let node = asked.node_name();
     let request = asked.gc_request()?;
     let batch = asked.run_batch("gc", notes, |session| {
-        // Unchecked: on etcd, one key per allocation would leave the module's GC no
+        // ReadOnlyUntracked: on etcd, one key per allocation would leave the module's GC no
         // room in the transaction; the GC reads again each attachment it releases.
-        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::Unchecked)?);
+        let allocations = allocations_of(asked, session.ask(context.clone(), Writes::ReadOnlyUntracked)?);
         let records = by_container(session.attachments()?);
         let now = session.granted_unix();
         let facts = LeakEvidence {
@@ -215,7 +215,7 @@ fn reconcile(
     if !options.dry_run && !leaks.is_empty() {
         confirm_released(asked, &mut leaks, notes)?;
     }
-    Ok((leaks, batch.full))
+    Ok((leaks, batch.commit_was_full))
 }
 
 /// After a GC batch: which leaks the module released (it decides), each logged.

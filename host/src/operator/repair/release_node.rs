@@ -91,7 +91,7 @@ pub fn release_node(
         report.addresses.extend(answer.addresses);
         report.blocks.extend(answer.blocks);
         report.notes.extend(answer.notes);
-        if !batch.full {
+        if !batch.commit_was_full {
             break;
         }
     }
