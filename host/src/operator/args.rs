@@ -7,7 +7,7 @@ use crate::error::{CniError, code};
 use crate::limits::Limits;
 use crate::lock;
 use crate::module::cache::ModuleCache;
-use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock};
+use crate::operator::ask::{NetworkToAsk, Note, StoreAccess};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ pub const LOCK_TIMEOUT_SECONDS: f64 = 30.0;
 /// defaults.
 #[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct StoreArgs {
-    // The defaults shown are the constants a call uses ([`StoreArgs::place_for`]).
+    // The defaults shown are the constants a call uses ([`StoreArgs::access_for`]).
     #[arg(long, help = netconf_else("The store's directory", "ipam.dataDir", DEFAULT_DATA_DIR))]
     pub data_dir: Option<PathBuf>,
     #[arg(long, help = netconf_else("The host-wide lock", "ipam.lockFile", DEFAULT_LOCK_FILE))]
@@ -38,12 +38,12 @@ impl StoreArgs {
     /// The store and lock given, else `netconf`'s (its `ipam.dataDir`,
     /// `ipam.lockFile` and `ipam.store`, as a call with it would use), else the
     /// defaults (the embedded store).
-    pub fn place_for(&self, netconf: Option<&Path>) -> Result<StoreAndLock, CniError> {
+    pub fn access_for(&self, netconf: Option<&Path>) -> Result<StoreAccess, CniError> {
         let ipam = netconf
             .map(crate::operator::ask::read_netconf)
             .transpose()?
             .map(|conf| conf.ipam);
-        let mut place = StoreAndLock::embedded(
+        let mut access = StoreAccess::embedded(
             self.data_dir
                 .clone()
                 .or_else(|| ipam.as_ref().map(|i| i.data_dir.clone()))
@@ -56,27 +56,27 @@ impl StoreArgs {
                 .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
         );
         if let Some(ipam) = ipam {
-            place.node = ipam.node_name();
-            place.store = ipam.store;
+            access.node = ipam.node_name();
+            access.store = ipam.store;
         }
-        Ok(place)
+        Ok(access)
     }
 
     /// The network a netconf names, to ask its module on this store and lock.
     pub fn network_of(&self, netconf: &Path) -> Result<NetworkToAsk, CniError> {
         let (network, served_by) = crate::operator::ask::from_netconf(netconf)?;
-        NetworkToAsk::new(&network, served_by, &self.place_for(Some(netconf))?)
+        NetworkToAsk::new(&network, served_by, &self.access_for(Some(netconf))?)
     }
 
     /// Runs `f` under the host-wide lock; `f` gets how long it may wait for
     /// `store.lock` in turn.
     pub fn under_lock<T>(
         &self,
-        place: &StoreAndLock,
+        access: &StoreAccess,
         f: impl FnOnce(Duration) -> Result<T, CniError>,
     ) -> Result<T, CniError> {
         let timeout = Duration::try_from_secs_f64(self.lock_timeout).ok();
-        let _lock = lock::acquire(&place.lock_file, timeout)?;
+        let _lock = lock::acquire(&access.lock_file, timeout)?;
         f(timeout.unwrap_or(Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS)))
     }
 }

@@ -17,9 +17,10 @@ use crate::store::{self, IfMissing, Records, ServedBy};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Where the store and the host-wide lock are, and how long to wait for the lock.
+/// How an operator command reaches a store: which store, through which host-wide
+/// lock (and how long it waits for it), as which node.
 #[derive(Debug, Clone)]
-pub struct StoreAndLock {
+pub struct StoreAccess {
     pub data_dir: PathBuf,
     pub lock_file: PathBuf,
     pub lock_timeout: Duration,
@@ -29,10 +30,10 @@ pub struct StoreAndLock {
     pub node: String,
 }
 
-impl StoreAndLock {
+impl StoreAccess {
     /// The embedded store in `data_dir` with this lock, as this node.
     pub fn embedded(data_dir: PathBuf, lock_file: PathBuf, lock_timeout: Duration) -> Self {
-        StoreAndLock {
+        StoreAccess {
             data_dir,
             lock_file,
             lock_timeout,
@@ -65,7 +66,7 @@ impl StoreAndLock {
         self.with_store(|s| s.served_by())
     }
 
-    /// [`StoreAndLock::served`], with the store's name for a message.
+    /// [`StoreAccess::served`], with the store's name for a message.
     pub fn records(&self) -> Result<(String, Records), CniError> {
         self.with_store(|s| Ok((s.describe(), s.served_by()?)))
     }
@@ -82,7 +83,7 @@ pub struct NetworkToAsk {
 }
 
 impl NetworkToAsk {
-    pub fn new(network: &str, served_by: ServedBy, place: &StoreAndLock) -> Result<Self, CniError> {
+    pub fn new(network: &str, served_by: ServedBy, access: &StoreAccess) -> Result<Self, CniError> {
         let conf = served_by
             .config
             .as_deref()
@@ -104,9 +105,9 @@ impl NetworkToAsk {
         // The module is the one recorded (an operator's --module may name another).
         ipam.module = served_by.module.clone();
         ipam.module_sha256 = None;
-        ipam.data_dir = place.data_dir.clone();
-        ipam.lock_file = place.lock_file.clone();
-        ipam.lock_timeout = Some(place.lock_timeout);
+        ipam.data_dir = access.data_dir.clone();
+        ipam.lock_file = access.lock_file.clone();
+        ipam.lock_timeout = Some(access.lock_timeout);
         Ok(NetworkToAsk {
             network: network.to_string(),
             settings: Network {
@@ -262,7 +263,10 @@ impl NetworkToAsk {
         }
         let commit_was_full = ran.commit_was_full;
         ran.result
-            .map(|answer| Batch { answer, commit_was_full })
+            .map(|answer| Batch {
+                answer,
+                commit_was_full,
+            })
             .map_err(|e| in_network(&self.network, e))
     }
 
@@ -320,13 +324,13 @@ pub struct Batch<T> {
 
 /// Each network's [`NetworkToAsk`]; one whose record cannot be read or used is a note
 /// naming it instead.
-pub fn asked_all(place: &StoreAndLock, networks: Records) -> (Vec<NetworkToAsk>, Vec<Note>) {
+pub fn asked_all(access: &StoreAccess, networks: Records) -> (Vec<NetworkToAsk>, Vec<Note>) {
     let mut asked = Vec::new();
     let mut notes = Vec::new();
     for (network, served_by) in networks {
         match served_by
             .map_err(|e| CniError::new(code::STORE_FAILURE, format!("network {network}: {e}")))
-            .and_then(|s| NetworkToAsk::new(&network, s, place))
+            .and_then(|s| NetworkToAsk::new(&network, s, access))
         {
             Ok(a) => asked.push(a),
             Err(e) => notes.push(Note::Missing(e.to_string())),

@@ -167,13 +167,13 @@ fn help_shows_the_store_and_lock_defaults_the_code_uses() {
         shown += 1;
     }
     assert!(shown >= 5, "only {shown} commands take --lock-file");
-    let place = StoreArgs {
+    let access = StoreArgs {
         data_dir: None,
         lock_file: None,
         lock_timeout: LOCK_TIMEOUT_SECONDS,
     }
-    .place_for(None)
+    .access_for(None)
     .unwrap();
-    assert_eq!(place.lock_file, Path::new(DEFAULT_LOCK_FILE));
-    assert_eq!(place.data_dir, Path::new(DEFAULT_DATA_DIR));
+    assert_eq!(access.lock_file, Path::new(DEFAULT_LOCK_FILE));
+    assert_eq!(access.data_dir, Path::new(DEFAULT_DATA_DIR));
 }

@@ -9,7 +9,7 @@
 use crate::error::{CniError, code};
 use crate::module::question::Allocations;
 use crate::operator::args::{Output, StoreArgs, unknown};
-use crate::operator::ask::{NetworkToAsk, StoreAndLock};
+use crate::operator::ask::{NetworkToAsk, StoreAccess};
 use crate::pipeline::Writes;
 use std::collections::BTreeSet;
 
@@ -33,15 +33,15 @@ pub struct Forget {
 
 impl Forget {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = self.store.place_for(self.netconf.as_deref())?;
-        Ok(forget(&place, &self.network, self.force)?.into())
+        let access = self.store.access_for(self.netconf.as_deref())?;
+        Ok(forget(&access, &self.network, self.force)?.into())
     }
 }
 
 /// Removes `network`; says what went.
-pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String, CniError> {
+pub fn forget(access: &StoreAccess, network: &str, force: bool) -> Result<String, CniError> {
     let (store, records, usage) =
-        place.with_store(|s| Ok((s.describe(), s.served_by()?, s.usage(network)?)))?;
+        access.with_store(|s| Ok((s.describe(), s.served_by()?, s.usage(network)?)))?;
     let served = records
         .iter()
         .find(|(name, _)| name == network)
@@ -51,7 +51,7 @@ pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String
         // without a record (as an older host or a crash left one).
         let mut known: BTreeSet<String> = records.into_iter().map(|(name, _)| name).collect();
         known.extend(
-            place
+            access
                 .with_store(|s| s.entries(None))?
                 .into_iter()
                 .map(|e| e.0),
@@ -64,7 +64,7 @@ pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String
         ));
     }
     let removed = if force {
-        let (removed, written) = place.with_store(|s| s.forget(network))?;
+        let (removed, written) = access.with_store(|s| s.forget(network))?;
         written.sync()?;
         removed
     } else {
@@ -74,7 +74,7 @@ pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String
             )),
             Some(record) => record,
         };
-        forget_if_empty(place, network, served_by)?
+        forget_if_empty(access, network, served_by)?
     };
     Ok(format!(
         "forgot network {network}: {removed} store entr{} and its record\n",
@@ -85,7 +85,7 @@ pub fn forget(place: &StoreAndLock, network: &str, force: bool) -> Result<String
 /// Under one hold of the lock, asks the network's module for its allocations and
 /// forgets the network only if it reports none: no ADD can slip in between.
 fn forget_if_empty(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     network: &str,
     served_by: Result<crate::store::ServedBy, String>,
 ) -> Result<u64, CniError> {
@@ -97,7 +97,7 @@ fn forget_if_empty(
             ),
         )
     };
-    let asked = NetworkToAsk::new(network, served_by.map_err(cannot_tell)?, place)
+    let asked = NetworkToAsk::new(network, served_by.map_err(cannot_tell)?, access)
         .map_err(|e| cannot_tell(e.to_string()))?;
     let work = Allocations(asked.context());
     // Set when the module answered that the network holds allocations: the run's
@@ -135,9 +135,9 @@ mod tests {
 
     /// A node's store and lock in a temporary directory, `network` holding `entries`
     /// and no record of its module (as one an older host or a crash left).
-    fn place_with(network: &str, entries: usize) -> (tempfile::TempDir, StoreAndLock) {
+    fn access_with(network: &str, entries: usize) -> (tempfile::TempDir, StoreAccess) {
         let dir = tempfile::tempdir().unwrap();
-        let place = StoreAndLock::embedded(
+        let access = StoreAccess::embedded(
             dir.path().join("data"),
             dir.path().join("lock"),
             Duration::from_secs(30),
@@ -145,17 +145,17 @@ mod tests {
         let changes: Changes = (0..entries)
             .map(|i| (format!("ip/10.0.0.{i}"), Some(b"c1/eth0".to_vec())))
             .collect();
-        store::select::open_embedded(&place.data_dir, Duration::from_secs(30))
+        store::select::open_embedded(&access.data_dir, Duration::from_secs(30))
             .unwrap()
             .commit(network, &changes, Quota::UNLIMITED, &|| false)
             .unwrap();
-        (dir, place)
+        (dir, access)
     }
 
     #[test]
     fn a_network_no_module_can_vouch_for_is_kept_unless_forced() {
-        let (_dir, place) = place_with("old", 2);
-        let refused = forget(&place, "old", false).unwrap_err();
+        let (_dir, access) = access_with("old", 2);
+        let refused = forget(&access, "old", false).unwrap_err();
         assert_eq!(refused.code, code::INVALID_NETWORK_CONFIG);
         assert!(
             refused
@@ -166,27 +166,27 @@ mod tests {
             refused.msg
         );
         let store =
-            || store::select::open_embedded(&place.data_dir, Duration::from_secs(30)).unwrap();
+            || store::select::open_embedded(&access.data_dir, Duration::from_secs(30)).unwrap();
         assert_eq!(store().usage("old").unwrap().entries, 2, "kept");
 
-        let said = forget(&place, "old", true).unwrap();
+        let said = forget(&access, "old", true).unwrap();
         assert_eq!(said, "forgot network old: 2 store entries and its record\n");
         assert_eq!(store().usage("old").unwrap().entries, 0);
     }
 
     #[test]
     fn a_network_the_store_does_not_hold_is_named() {
-        let (_dir, place) = place_with("kept", 1);
-        let err = forget(&place, "other", true).unwrap_err();
+        let (_dir, access) = access_with("kept", 1);
+        let err = forget(&access, "other", true).unwrap_err();
         assert_eq!(err.code, code::INVALID_NETWORK_CONFIG);
         assert_eq!(
             err.msg,
             format!(
                 "store {} holds nothing for network other (the networks it holds: kept); nothing was forgotten: check the name, and for a network on etcd pass --netconf FILE naming a network on the same store",
-                place.data_dir.display()
+                access.data_dir.display()
             )
         );
-        let said = forget(&place, "kept", true).unwrap();
+        let said = forget(&access, "kept", true).unwrap();
         assert_eq!(said, "forgot network kept: 1 store entry and its record\n");
     }
 }

@@ -80,14 +80,14 @@ pub struct GcCommand {
 
 impl GcCommand {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = self.store.place_for(self.netconf.as_deref())?;
+        let access = self.store.access_for(self.netconf.as_deref())?;
         let runtime =
             Runtime::chosen(self.valid_from.as_deref(), self.runtime_endpoint.as_deref())?;
         let networks = match (&self.netconf, self.all_networks) {
-            (Some(_), _) => inventory::networks(&place, None, self.netconf.as_deref())?,
-            (None, true) => place.served()?,
+            (Some(_), _) => inventory::networks(&access, None, self.netconf.as_deref())?,
+            (None, true) => access.served()?,
             (None, false) => {
-                let (store, mut all) = place.records()?;
+                let (store, mut all) = access.records()?;
                 for name in &self.network {
                     if !all.iter().any(|(n, _)| n == name) {
                         let known: Vec<String> = all.iter().map(|(n, _)| n.clone()).collect();
@@ -98,7 +98,7 @@ impl GcCommand {
                 all
             }
         };
-        let (asked, mut notes) = asked_all(&place, networks);
+        let (asked, mut notes) = asked_all(&access, networks);
         let options = Options {
             runtime,
             grace: *self.grace,

@@ -21,7 +21,7 @@
 //!   home again.
 
 use crate::error::{CniError, code};
-use crate::operator::ask::StoreAndLock;
+use crate::operator::ask::StoreAccess;
 use crate::store::{self, Changes, IfMissing, Quota, Store};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -43,8 +43,8 @@ type Snapshot = BTreeMap<String, BTreeMap<String, Vec<u8>>>;
 /// moved, as text. Both stores are opened with `budget` for their requests (the whole
 /// command's).
 pub fn migrate(
-    from: &StoreAndLock,
-    to: &StoreAndLock,
+    from: &StoreAccess,
+    to: &StoreAccess,
     only: &[String],
     idle: Duration,
     budget: Duration,
@@ -82,10 +82,10 @@ pub fn migrate(
 /// Refuses unless `from` and `to` name two different cluster stores: the embedded
 /// store is a node's own, and a store cannot be moved onto its own kind.
 fn refuse_unless_between_cluster_stores(
-    from: &StoreAndLock,
-    to: &StoreAndLock,
+    from: &StoreAccess,
+    to: &StoreAccess,
 ) -> Result<(), CniError> {
-    let kind = |place: &StoreAndLock| match &place.store {
+    let kind = |access: &StoreAccess| match &access.store {
         crate::config::StoreConfig::Etcd(_) => Some("etcd"),
         crate::config::StoreConfig::Kubernetes(_) => Some("kubernetes"),
         crate::config::StoreConfig::Embedded => None,
@@ -103,16 +103,16 @@ fn refuse_unless_between_cluster_stores(
     Ok(())
 }
 
-/// Opens `place`'s store with `budget` for its requests; a store that does not exist
+/// Opens `access`'s store with `budget` for its requests; a store that does not exist
 /// is refused, never created.
 fn open_refusing_missing(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     budget: Duration,
 ) -> Result<Box<dyn Store>, CniError> {
     store::select::open(
-        &place.store,
-        &place.data_dir,
-        &place.node,
+        &access.store,
+        &access.data_dir,
+        &access.node,
         budget,
         IfMissing::Refuse,
     )

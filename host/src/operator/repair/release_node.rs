@@ -372,14 +372,14 @@ impl ReleaseNodeCommand {
         let mut notes = Vec::new();
         let mut networks = Vec::new();
         if first.shared() {
-            let place = self.store.place_for(Some(&self.netconf))?;
+            let access = self.store.access_for(Some(&self.netconf))?;
             for (name, record) in first.networks_of_store()? {
                 if name == first.network {
                     continue;
                 }
                 let asked = record
                     .map_err(CniError::config)
-                    .and_then(|served_by| NetworkToAsk::new(&name, served_by, &place));
+                    .and_then(|served_by| NetworkToAsk::new(&name, served_by, &access));
                 match asked {
                     Ok(asked) => networks.push(asked.as_node(first.node_name())),
                     Err(e) => notes.push(Note::Missing(format!("network {name}: {}", e.msg))),

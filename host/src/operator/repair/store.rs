@@ -84,9 +84,9 @@ impl StoreCommand {
     pub fn run(self) -> Result<Output, CniError> {
         match self {
             StoreCommand::Check { store, netconf } => {
-                let place = store.place_for(netconf.as_deref())?;
-                let (name, problems, entries) =
-                    place.with_store(|s| Ok((s.describe(), s.check()?, s.entries(None)?.len())))?;
+                let access = store.access_for(netconf.as_deref())?;
+                let (name, problems, entries) = access
+                    .with_store(|s| Ok((s.describe(), s.check()?, s.entries(None)?.len())))?;
                 match problems.is_empty() {
                     true => Ok(format!("{name}: ok, {entries} entries\n").into()),
                     false => Err(CniError::new(
@@ -97,8 +97,8 @@ impl StoreCommand {
                 }
             }
             StoreCommand::Backup { store, netconf, to } => {
-                let place = store.place_for(netconf.as_deref())?;
-                let name = place.with_store(|s| s.backup(&to).map(|()| s.describe()))?;
+                let access = store.access_for(netconf.as_deref())?;
+                let name = access.with_store(|s| s.backup(&to).map(|()| s.describe()))?;
                 Ok(format!("backed up {name} to {}\n", to.display()).into())
             }
             StoreCommand::Restore {
@@ -106,13 +106,13 @@ impl StoreCommand {
                 netconf,
                 from,
             } => {
-                let place = store.place_for(netconf.as_deref())?;
-                let kept = store.under_lock(&place, |wait| {
-                    store::select::restore(&place.store, &place.data_dir, &from, wait)
+                let access = store.access_for(netconf.as_deref())?;
+                let kept = store.under_lock(&access, |wait| {
+                    store::select::restore(&access.store, &access.data_dir, &from, wait)
                 })?;
                 Ok(format!(
                     "restored {} from {}; the store it replaced, if any, is kept as {}\n",
-                    place.data_dir.display(),
+                    access.data_dir.display(),
                     from.display(),
                     kept.display()
                 )
@@ -126,8 +126,8 @@ impl StoreCommand {
                 idle,
                 timeout,
             } => {
-                let from = store.place_for(Some(&netconf))?;
-                let to = store.place_for(Some(&to))?;
+                let from = store.access_for(Some(&netconf))?;
+                let to = store.access_for(Some(&to))?;
                 Ok(super::migrate::migrate(&from, &to, &networks, idle, timeout)?.into())
             }
         }

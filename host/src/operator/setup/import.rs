@@ -11,7 +11,7 @@ use crate::error::{CniError, code};
 use crate::module::bindings::{migrate, types};
 use crate::module::question::Import;
 use crate::operator::args::{LOCK_TIMEOUT_SECONDS, Output};
-use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock};
+use crate::operator::ask::{NetworkToAsk, Note, StoreAccess};
 use crate::operator::view::inventory::printable;
 use crate::pipeline::Writes;
 use crate::store::ServedBy;
@@ -127,7 +127,7 @@ pub struct ImportHostLocal {
 
 impl ImportHostLocal {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = StoreAndLock::embedded(
+        let access = StoreAccess::embedded(
             self.store_dir.clone(),
             self.lock_file.clone(),
             Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
@@ -138,7 +138,7 @@ impl ImportHostLocal {
             .map(crate::operator::ask::from_netconf)
             .transpose()?;
         let recorded = match (&self.module, &named) {
-            (None, None) => place.served()?,
+            (None, None) => access.served()?,
             _ => Vec::new(),
         };
         let (mut text, mut notes) = (String::new(), Vec::new());
@@ -168,7 +168,7 @@ impl ImportHostLocal {
                     })?,
             };
             // An import is the first thing a node moving from host-local commits.
-            let asked = NetworkToAsk::new(name, served_by, &place)?.creating_store();
+            let asked = NetworkToAsk::new(name, served_by, &access)?.creating_store();
             let r = import_host_local(&asked, &self.data_dir.join(name), &mut notes)?;
             text += &format!(
                 "{name}: imported {} entr{} into {}; {} already present\n",

@@ -8,7 +8,7 @@ use crate::error::CniError;
 use crate::module::bindings::{inspect, reservations, usage, wide_usage};
 use crate::module::exports::Export;
 use crate::module::question::{Allocations, Pools, Question, Reservations, Usage, widened};
-use crate::operator::ask::{NetworkToAsk, Note, StoreAndLock, asked_all};
+use crate::operator::ask::{NetworkToAsk, Note, StoreAccess, asked_all};
 use crate::operator::view::table::{Align, Table};
 use crate::pipeline::{Session, Writes};
 use crate::store::Records;
@@ -147,7 +147,7 @@ pub fn allocation_table(allocations: &[Allocation]) -> String {
 /// store (a network on etcd whose conflist is gone). A `network` with no record is
 /// an error listing those that have one.
 pub fn networks(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     network: Option<&str>,
     netconf: Option<&Path>,
 ) -> Result<Records, CniError> {
@@ -159,7 +159,7 @@ pub fn networks(
     {
         return Ok(vec![(name.clone(), Ok(served_by.clone()))]);
     }
-    let (store, mut served) = place.records()?;
+    let (store, mut served) = access.records()?;
     if let Some(network) = network {
         let known: Vec<String> = served
             .iter()
@@ -193,12 +193,12 @@ pub fn not_recorded(network: &str, store: &str, known: &[String]) -> CniError {
 /// whose store is this node's own. A node that no network asked knows is an error
 /// listing those they know, rather than an empty answer.
 pub fn on_node(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     networks: Records,
     node: &str,
     mut allocations: Vec<Allocation>,
 ) -> Result<Vec<Allocation>, CniError> {
-    let (asked, _) = asked_all(place, networks);
+    let (asked, _) = asked_all(access, networks);
     let own: BTreeMap<&str, String> = asked
         .iter()
         .filter(|a| !a.shared())
@@ -235,13 +235,13 @@ pub fn on_node(
 /// (read-only, through [`Session::ask`]; `None`: nothing to show); a network whose
 /// module fails is reported in `notes` and the others are still asked.
 fn ask_each<A>(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     command: &str,
     networks: Records,
     ask: impl Fn(&NetworkToAsk, &mut Session) -> Result<Option<A>, CniError>,
     notes: &mut Vec<Note>,
 ) -> Vec<(String, A)> {
-    let (asked, unusable) = asked_all(place, networks);
+    let (asked, unusable) = asked_all(access, networks);
     notes.extend(unusable);
     let mut answers = Vec::new();
     for asked in asked {
@@ -261,13 +261,13 @@ fn read<Q: Question>(session: &mut Session, work: Q) -> Result<Option<Q::Answer>
 
 /// Every allocation of the networks asked, in network then address order.
 pub fn allocations(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     networks: Records,
     notes: &mut Vec<Note>,
 ) -> Vec<Allocation> {
     let mut out = Vec::new();
     for (network, list) in ask_each(
-        place,
+        access,
         "list",
         networks,
         |a, session| read(session, Allocations(a.context())),
@@ -295,12 +295,12 @@ pub fn allocations(
 
 /// Every reservation of the networks asked whose module keeps them, in network order.
 pub fn reservations(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     networks: Records,
     notes: &mut Vec<Note>,
 ) -> Vec<Reservation> {
     let answers = ask_each(
-        place,
+        access,
         "list",
         networks,
         |a, session| {
@@ -329,12 +329,12 @@ pub fn reservations(
 /// Every pool (and block) of the networks asked, grouped per network with its totals:
 /// `usage` if the module exports it, else `inspect`'s pools.
 pub fn network_stats(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     networks: Records,
     notes: &mut Vec<Note>,
 ) -> Vec<NetworkStats> {
     ask_each(
-        place,
+        access,
         "stats",
         networks,
         |a, session| match session.module().exports(Export::Usage) {

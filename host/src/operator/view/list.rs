@@ -37,21 +37,21 @@ pub struct List {
 
 impl List {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = self.store.place_for(self.netconf.as_deref())?;
+        let access = self.store.access_for(self.netconf.as_deref())?;
         let networks =
-            inventory::networks(&place, self.network.as_deref(), self.netconf.as_deref())?;
+            inventory::networks(&access, self.network.as_deref(), self.netconf.as_deref())?;
         let mut notes = Vec::new();
         if self.reservations {
-            let reservations = inventory::reservations(&place, networks, &mut notes);
+            let reservations = inventory::reservations(&access, networks, &mut notes);
             return Ok(match self.json {
                 true => Output::json(&reservations, notes),
                 false => Output::with_notes(reservation_table(reservations), notes),
             });
         }
         crate::test_hook::test_panic("list");
-        let mut allocations = inventory::allocations(&place, networks.clone(), &mut notes);
+        let mut allocations = inventory::allocations(&access, networks.clone(), &mut notes);
         if let Some(node) = &self.node {
-            allocations = inventory::on_node(&place, networks, node, allocations)?;
+            allocations = inventory::on_node(&access, networks, node, allocations)?;
         }
         Ok(match self.json {
             true => Output::json(&allocations, notes),

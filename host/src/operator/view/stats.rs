@@ -3,7 +3,7 @@
 
 use crate::error::{CniError, code};
 use crate::operator::args::{Output, StoreArgs};
-use crate::operator::ask::{Note, StoreAndLock, asked_all};
+use crate::operator::ask::{Note, StoreAccess, asked_all};
 use crate::operator::repair::leaks as gc;
 use crate::operator::repair::runtime::Runtime;
 use crate::operator::view::{inventory, metrics};
@@ -60,23 +60,23 @@ pub struct Stats {
 
 impl Stats {
     pub fn run(self) -> Result<Output, CniError> {
-        let place = self.store.place_for(self.netconf.as_deref())?;
+        let access = self.store.access_for(self.netconf.as_deref())?;
         let networks =
-            inventory::networks(&place, self.network.as_deref(), self.netconf.as_deref())?;
+            inventory::networks(&access, self.network.as_deref(), self.netconf.as_deref())?;
         let mut notes = Vec::new();
         // Only when the runtime is named: stats asks no runtime by default.
         let leaks = match (self.valid_from.is_some() || self.runtime_endpoint.is_some())
             .then(|| Runtime::chosen(self.valid_from.as_deref(), self.runtime_endpoint.as_deref()))
         {
             Some(runtime) => Some(leak_candidates(
-                &place,
+                &access,
                 networks.clone(),
                 runtime?,
                 *self.grace,
             )?),
             None => None,
         };
-        let mut stats = inventory::network_stats(&place, networks, &mut notes);
+        let mut stats = inventory::network_stats(&access, networks, &mut notes);
         if !self.blocks {
             stats.iter_mut().for_each(|n| n.blocks.clear());
         }
@@ -105,7 +105,7 @@ impl Stats {
         let text = if self.prometheus {
             // What the node's calls recorded for STATUS: local, so it shows even when
             // the cluster store cannot be asked.
-            let conditions: Vec<_> = crate::health::all(&place.data_dir)
+            let conditions: Vec<_> = crate::health::all(&access.data_dir)
                 .into_iter()
                 .filter(|(n, _)| self.network.as_deref().is_none_or(|wanted| wanted == n))
                 .collect();
@@ -120,12 +120,12 @@ impl Stats {
 /// Per network, how many allocations `gc` would release now (its dry run), and what
 /// it could not tell.
 fn leak_candidates(
-    place: &StoreAndLock,
+    access: &StoreAccess,
     networks: crate::store::Records,
     runtime: Runtime,
     grace: Duration,
 ) -> Result<(BTreeMap<String, u64>, Vec<Note>), CniError> {
-    let (asked, mut notes) = asked_all(place, networks);
+    let (asked, mut notes) = asked_all(access, networks);
     let mut counts: BTreeMap<String, u64> = asked.iter().map(|a| (a.network.clone(), 0)).collect();
     let options = gc::Options {
         runtime,
