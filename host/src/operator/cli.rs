@@ -7,16 +7,18 @@
 
 use crate::error::CniError;
 use crate::operator::args::Output;
-use crate::operator::modules::conform::Conform;
-use crate::operator::modules::oci::{pull::PullCommand, push::Push};
-use crate::operator::modules::try_call::TryCall;
-use crate::operator::modules::{inspect::Inspect, new::New, precompile::Precompile};
+use crate::operator::modules::conform::ConformCommand;
+use crate::operator::modules::oci::{pull::PullCommand, push::PushCommand};
+use crate::operator::modules::try_call::TryCommand;
+use crate::operator::modules::{
+    inspect::InspectCommand, new::NewCommand, precompile::PrecompileCommand,
+};
 use crate::operator::repair::release_node::ReleaseNodeCommand;
 use crate::operator::repair::reserve::{ReserveCommand, UnreserveCommand};
-use crate::operator::repair::{forget::Forget, gc::GcCommand, store::StoreCommand};
+use crate::operator::repair::{forget::ForgetCommand, gc::GcCommand, store::StoreCommand};
 use crate::operator::setup::kubernetes::KubernetesCommand;
-use crate::operator::setup::{import::ImportHostLocal, install::Install};
-use crate::operator::view::{list::List, stats::Stats};
+use crate::operator::setup::{import::ImportHostLocalCommand, install::InstallCommand};
+use crate::operator::view::{list::ListCommand, stats::StatsCommand};
 use clap::{Parser, Subcommand};
 
 /// wasm-ipam: a CNI IPAM plugin that runs IPAM modules as WebAssembly components.
@@ -52,27 +54,27 @@ fn long_version() -> &'static str {
 /// setting a node up, repairing and releasing, supplying and writing modules.
 #[derive(Subcommand, Debug)]
 pub enum Operation {
-    List(List),
-    Stats(Stats),
+    List(ListCommand),
+    Stats(StatsCommand),
     // Boxed: its flags make it by far the largest command.
-    Install(Box<Install>),
+    Install(Box<InstallCommand>),
     #[command(subcommand)]
     Kubernetes(KubernetesCommand),
-    ImportHostLocal(ImportHostLocal),
+    ImportHostLocal(ImportHostLocalCommand),
     Gc(GcCommand),
-    Forget(Forget),
+    Forget(ForgetCommand),
     ReleaseNode(ReleaseNodeCommand),
     Reserve(ReserveCommand),
     Unreserve(UnreserveCommand),
     #[command(subcommand)]
     Store(StoreCommand),
-    Inspect(Inspect),
-    Precompile(Precompile),
+    Inspect(InspectCommand),
+    Precompile(PrecompileCommand),
     Pull(PullCommand),
-    Push(Push),
-    New(New),
-    Try(TryCall),
-    Conform(Conform),
+    Push(PushCommand),
+    New(NewCommand),
+    Try(TryCommand),
+    Conform(ConformCommand),
 }
 
 /// Runs an operator command; returns what to print.

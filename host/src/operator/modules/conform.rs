@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// `list` against what was handed out, and time within the budget; one line each,
 /// on scratch state. Exits 1 if one fails.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Conform {
+pub struct ConformCommand {
     /// The module's .wasm component.
     pub module: PathBuf,
     /// A network configuration whose `ipam` holds the module's keys (a small range
@@ -77,7 +77,7 @@ const GC: &str = "the CNI spec (1.1): GC releases every attachment not in cni.de
 const INSPECT: &str = "the module contract: inspect.allocations (what `wasm-ipam list` shows) is every address handed out, with its container and interface";
 const BUDGET: &str = "a call has ipam.deadlineSeconds from the lock's grant, and a node's calls queue behind one another: a call well inside it (a quarter) leaves the queue room";
 
-impl Conform {
+impl ConformCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let session = Session::new(&self)?;
         let checks: [(&str, CheckFn); 11] = [
@@ -179,7 +179,7 @@ struct State {
 }
 
 impl Session {
-    fn new(args: &Conform) -> Result<Self, CniError> {
+    fn new(args: &ConformCommand) -> Result<Self, CniError> {
         let module = std::path::absolute(&args.module).map_err(|e| {
             CniError::new(code::IO_FAILURE, format!("{}: {e}", args.module.display()))
         })?;

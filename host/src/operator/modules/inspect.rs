@@ -390,7 +390,7 @@ impl Description {
 /// provided or not) and exports, whether the host accepts it and why not, its compile
 /// time and whether the cache holds it.
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct Inspect {
+pub struct InspectCommand {
     /// The module's .wasm component.
     pub module: PathBuf,
     /// The cache directory (the netconf's `ipam.cacheDir`).
@@ -410,7 +410,7 @@ pub struct Inspect {
     pub json: bool,
 }
 
-impl Inspect {
+impl InspectCommand {
     /// Fails (exit 1) when the host would refuse the module.
     pub fn run(self) -> Result<Output, CniError> {
         let cache = match self.no_cache {

@@ -25,7 +25,7 @@ pub enum Lang {
 /// Start a module: a directory with a working IPAM module in Rust, Python or Go (a
 /// pool that hands out addresses in order), its build command and its README.
 #[derive(Debug, Clone, clap::Args)]
-pub struct New {
+pub struct NewCommand {
     /// The module's name: the directory made, and the crate or component name.
     pub name: String,
     #[arg(long, value_enum, default_value_t = Lang::Rust)]
@@ -208,7 +208,7 @@ const GO: &[Template] = &[
     file(".gitignore", include_str!("new/go/gitignore")),
 ];
 
-impl New {
+impl NewCommand {
     pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
         let (text, notes) = new(&self)?;
         Ok(crate::operator::args::Output {
@@ -221,12 +221,12 @@ impl New {
 
 /// Makes the project in `./NAME`; answers what it wrote and what to run next, and a
 /// note naming the SDK a Rust crate uses.
-pub fn new(args: &New) -> Result<(String, Vec<String>), CniError> {
+pub fn new(args: &NewCommand) -> Result<(String, Vec<String>), CniError> {
     new_in(Path::new("."), args)
 }
 
 /// `new`, making the project in `parent`.
-fn new_in(parent: &Path, args: &New) -> Result<(String, Vec<String>), CniError> {
+fn new_in(parent: &Path, args: &NewCommand) -> Result<(String, Vec<String>), CniError> {
     let name = &args.name;
     refuse_invalid_name(name)?;
     let lib = name.replace('-', "_");
@@ -287,7 +287,7 @@ fn refuse_invalid_name(name: &str) -> Result<(), CniError> {
 /// Rust crate uses (a note names it), a Go SDK given with `--sdk` (likewise), else
 /// the copy of the Go SDK made in the project.
 fn templates_and_sdk(
-    args: &New,
+    args: &NewCommand,
     notes: &mut Vec<String>,
 ) -> Result<(&'static [Template], String), CniError> {
     Ok(match args.lang {
@@ -475,7 +475,7 @@ mod tests {
     #[test]
     fn a_go_project_names_no_path_of_this_machine() {
         let dir = tempfile::tempdir().unwrap();
-        let args = New {
+        let args = NewCommand {
             name: "portable".into(),
             lang: Lang::Go,
             sdk: None,

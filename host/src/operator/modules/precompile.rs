@@ -13,7 +13,7 @@ use std::path::PathBuf;
 /// Compile a module into the cache ahead of time (for node images and installers),
 /// checking it as a CNI call would.
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct Precompile {
+pub struct PrecompileCommand {
     /// The module's .wasm component.
     pub module: PathBuf,
     /// The cache directory (the netconf's `ipam.cacheDir`).
@@ -23,7 +23,7 @@ pub struct Precompile {
     pub compile: CompileArgs,
 }
 
-impl Precompile {
+impl PrecompileCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let cache = open_cache(&self.cache_dir, "--cache-dir DIR (one of your own)")?;
         let limits = self.compile.limits()?;

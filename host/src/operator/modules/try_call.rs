@@ -45,7 +45,7 @@ impl CniCommand {
 /// Run one CNI call (ADD, DEL, CHECK, GC, STATUS) on a module, as a runtime would run
 /// the plugin, on a private lock and store: print its result or error.
 #[derive(Debug, Clone, clap::Args)]
-pub struct TryCall {
+pub struct TryCommand {
     /// The module's .wasm component.
     pub module: PathBuf,
     /// The CNI command.
@@ -97,7 +97,7 @@ pub struct TryCall {
 /// What `try` prints: the plugin's stdout (the CNI result or error JSON, or for a
 /// command that answers nothing, a line saying it succeeded), then with `--list`
 /// the allocations; and whether the call failed.
-impl TryCall {
+impl TryCommand {
     /// Fails (exit 1) when the call did.
     pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
         let (text, failed) = try_call(&self)?;
@@ -109,7 +109,7 @@ impl TryCall {
     }
 }
 
-pub fn try_call(args: &TryCall) -> Result<(String, bool), CniError> {
+pub fn try_call(args: &TryCommand) -> Result<(String, bool), CniError> {
     let private;
     let state = match &args.state {
         Some(dir) => {
@@ -216,7 +216,7 @@ pub fn invoke(
 /// The network configuration a runtime would pass: `--config`'s (or a bare one),
 /// `--set`'s keys over its `ipam`, the module, and every path the host keeps under
 /// `state`.
-fn netconf(args: &TryCall, state: &Path) -> Result<Value, CniError> {
+fn netconf(args: &TryCommand, state: &Path) -> Result<Value, CniError> {
     let mut conf: Value = match &args.config {
         Some(path) => {
             let text = std::fs::read(path).map_err(|e| io(path, e))?;
@@ -272,7 +272,7 @@ fn netconf(args: &TryCall, state: &Path) -> Result<Value, CniError> {
 
 /// CNI_ARGS as a runtime sets it: `--pod`'s keys (with `IgnoreUnknown=1`, as
 /// containerd and CRI-O send them), then each `--arg`.
-fn cni_args(args: &TryCall) -> Result<String, CniError> {
+fn cni_args(args: &TryCommand) -> Result<String, CniError> {
     let mut pairs: Vec<String> = Vec::new();
     if let Some(pod) = &args.pod {
         let (namespace, name) = pod
@@ -302,7 +302,7 @@ fn cni_args(args: &TryCall) -> Result<String, CniError> {
 
 /// `--runtime-config`'s keys and `--annotation`'s pairs, over the configuration's
 /// `runtimeConfig`.
-fn runtime_config(args: &TryCall, object: &mut Map<String, Value>) -> Result<(), CniError> {
+fn runtime_config(args: &TryCommand, object: &mut Map<String, Value>) -> Result<(), CniError> {
     if args.runtime_config.is_none() && args.annotations.is_empty() {
         return Ok(());
     }
@@ -350,8 +350,8 @@ fn io(path: &Path, e: std::io::Error) -> CniError {
 mod tests {
     use super::*;
 
-    fn args(command: CniCommand, set: &[&str]) -> TryCall {
-        TryCall {
+    fn args(command: CniCommand, set: &[&str]) -> TryCommand {
+        TryCommand {
             module: PathBuf::from("/m.wasm"),
             command,
             id: "pod1".into(),

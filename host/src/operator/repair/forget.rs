@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 /// Remove a network whose configuration is gone: its store entries and its record.
 /// Refused while its module reports allocations, or cannot be asked, unless --force.
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct Forget {
+pub struct ForgetCommand {
     /// The network's name.
     pub network: String,
     #[command(flatten)]
@@ -31,7 +31,7 @@ pub struct Forget {
     pub force: bool,
 }
 
-impl Forget {
+impl ForgetCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let access = self.store.access_for(self.netconf.as_deref())?;
         Ok(forget(&access, &self.network, self.force)?.into())

@@ -102,7 +102,7 @@ fn state_files(dir: &Path) -> Result<Vec<migrate::StateFile>, CniError> {
 /// reusing addresses: the module serving the network (its `migrate` export) takes
 /// them over.
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct ImportHostLocal {
+pub struct ImportHostLocalCommand {
     /// host-local's dataDir (holding one directory per network).
     #[arg(long, default_value = "/var/lib/cni/networks")]
     pub data_dir: PathBuf,
@@ -125,7 +125,7 @@ pub struct ImportHostLocal {
     pub lock_file: PathBuf,
 }
 
-impl ImportHostLocal {
+impl ImportHostLocalCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let access = StoreAccess::embedded(
             self.store_dir.clone(),

@@ -78,7 +78,7 @@ const INSTALL_KEYS: &[(&str, &str)] = &[
 /// `oci://` reference), its compiled form in the cache, and a conflist naming both,
 /// each checked before anything is written; `--dry-run` prints the conflist only.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Install {
+pub struct InstallCommand {
     /// The module's .wasm component, or `oci://REGISTRY/REPO[:TAG][@sha256:DIGEST]`
     /// to pull it (as `wasm-ipam pull` does) into --module-dir.
     #[arg(long)]
@@ -167,7 +167,7 @@ fn unwritten(key: &str, default: &str) -> String {
 pub const GC_EVERY: &str = "5min";
 
 /// The systemd service and timer that run `wasm-ipam gc` for the installed network.
-pub fn gc_units(install: &Install) -> (String, String) {
+pub fn gc_units(install: &InstallCommand) -> (String, String) {
     let mut command = vec![
         install.bin_dir.join("wasm-ipam").display().to_string(),
         "gc".into(),
@@ -264,7 +264,7 @@ fn copy(from: &Path, to: &Path, mode: u32, steps: &mut Steps) -> Result<(), CniE
 
 /// Each main plugin: present in the bin dir (an executable file, or a link to one),
 /// else linked from the first plugin dir that has it; missing ones are listed.
-fn main_plugins(install: &Install, steps: &mut Steps) -> Vec<String> {
+fn main_plugins(install: &InstallCommand, steps: &mut Steps) -> Vec<String> {
     let mut missing = Vec::new();
     for plugin in install.main_plugin.needed() {
         let target = install.bin_dir.join(plugin);
@@ -307,7 +307,7 @@ pub const POD_ANNOTATIONS: &str = "io.kubernetes.cri.pod-annotations";
 /// The module's keys: the --subnet's range and a default route (host-local's keys,
 /// which the host-local module reads), or the --ipam-config file's object.
 pub fn module_keys(
-    install: &Install,
+    install: &InstallCommand,
 ) -> Result<serde_json::Map<String, serde_json::Value>, CniError> {
     if let Some(subnet) = install.subnet {
         let default_route = if subnet.addr().is_ipv4() {
@@ -354,7 +354,7 @@ pub fn module_keys(
 /// versions as `versions` chose them, and the main plugin declaring the
 /// pod-annotations capability.
 pub fn conflist(
-    install: &Install,
+    install: &InstallCommand,
     module: &Path,
     sha256: Option<&str>,
     versions: &Chosen,
@@ -425,7 +425,7 @@ pub fn conflist(
 
 /// The chain's versions, each plugin asked where the runtime will find it (the bin
 /// dir, else the plugin dir it is linked from); one not found is left out, said.
-fn chain_versions(install: &Install, steps: &mut Steps) -> Result<Chosen, CniError> {
+fn chain_versions(install: &InstallCommand, steps: &mut Steps) -> Result<Chosen, CniError> {
     let mut chain = Vec::new();
     let mut unasked = Vec::new();
     // The chain's plugins bound the conflist's versions (wasm-ipam's own are known).
@@ -449,7 +449,7 @@ fn chain_versions(install: &Install, steps: &mut Steps) -> Result<Chosen, CniErr
 }
 
 /// Conflists in the conf dir that sort before ours: a runtime would use one of them.
-fn sorting_first(install: &Install) -> Vec<String> {
+fn sorting_first(install: &InstallCommand) -> Vec<String> {
     let Ok(dir) = fs::read_dir(&install.conf_dir) else {
         return Vec::new();
     };
@@ -470,7 +470,7 @@ fn sorting_first(install: &Install) -> Vec<String> {
 /// Runs the install; returns what it did, one line per step, and what still keeps
 /// the node from working (a main plugin missing, a conflist sorting before ours),
 /// found after every step it could do was done.
-impl Install {
+impl InstallCommand {
     /// Fails (exit 1) when a step could not be done.
     pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
         let (text, notes) = install(&self)?;
@@ -482,7 +482,7 @@ impl Install {
     }
 }
 
-pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
+pub fn install(install: &InstallCommand) -> Result<(String, Vec<String>), CniError> {
     // What the conflist will carry is checked before anything is written: an install
     // that exits 0 must leave a conflist every ADD accepts.
     check_paths(install)?;
@@ -556,7 +556,7 @@ pub fn install(install: &Install) -> Result<(String, Vec<String>), CniError> {
 /// mean: it often runs in a DaemonSet's init container, whose working directory and
 /// mounts are the container's, not the node's, so a path made absolute there could
 /// name a directory the node does not have, and the refusal costs one retyped flag.
-fn check_paths(install: &Install) -> Result<(), CniError> {
+fn check_paths(install: &InstallCommand) -> Result<(), CniError> {
     // The conflist names the module in --module-dir.
     let module = install
         .module_dir
@@ -613,7 +613,7 @@ pub fn runtime_view(conflist: &serde_json::Value) -> serde_json::Value {
 }
 
 /// Where the module's keys came from, as the operator gave them.
-fn keys_flag(install: &Install) -> String {
+fn keys_flag(install: &InstallCommand) -> String {
     match (&install.subnet, &install.ipam_config) {
         (Some(subnet), _) => format!("--subnet {subnet}"),
         (None, Some(path)) => format!("--ipam-config {}", path.display()),
@@ -624,7 +624,7 @@ fn keys_flag(install: &Install) -> String {
 /// The host's keys of `conflist`, read as every call reads them
 /// ([`crate::config::NetConf`]).
 fn check_host_keys(
-    install: &Install,
+    install: &InstallCommand,
     conflist: &serde_json::Value,
 ) -> Result<crate::config::NetConf, CniError> {
     let view = runtime_view(conflist);
@@ -638,7 +638,7 @@ fn check_host_keys(
 }
 
 /// Where `--kubeconfig`'s copy goes: beside the conflist.
-fn kubeconfig_copy(install: &Install) -> PathBuf {
+fn kubeconfig_copy(install: &InstallCommand) -> PathBuf {
     node_kubeconfig::copy_path(&install.conf_dir, &install.conflist_name)
 }
 
@@ -646,7 +646,7 @@ fn kubeconfig_copy(install: &Install) -> PathBuf {
 /// asked with it as the store `netconf` names (its context, its timeout), before
 /// anything is written; the copy to write.
 fn check_kubeconfig(
-    install: &Install,
+    install: &InstallCommand,
     netconf: &crate::config::NetConf,
     steps: &mut Steps,
 ) -> Result<Option<NodeKubeconfig>, CniError> {
@@ -674,12 +674,12 @@ fn check_kubeconfig(
 /// an install does not wait for a cluster's etcd (the store's keys were read with the
 /// host's).
 fn try_conflist(
-    install: &Install,
+    install: &InstallCommand,
     module: &Path,
     conflist: &serde_json::Value,
     steps: &mut Steps,
 ) -> Result<(), CniError> {
-    use crate::operator::modules::try_call::{CniCommand, TryCall, try_call};
+    use crate::operator::modules::try_call::{CniCommand, TryCommand, try_call};
     let private = tempfile::Builder::new()
         .prefix("wasm-ipam-install-")
         .tempdir()
@@ -692,7 +692,7 @@ fn try_conflist(
     fs::write(&config, view.to_string())
         .map_err(io(format!("cannot write {}", config.display())))?;
     for command in [CniCommand::Add, CniCommand::Del] {
-        let call = TryCall {
+        let call = TryCommand {
             module: module.to_path_buf(),
             command,
             id: "wasm-ipam-install-check".into(),
@@ -733,7 +733,7 @@ fn try_conflist(
 }
 
 /// This binary and its compiler (from beside it) into the bin dir.
-fn install_binaries(install: &Install, steps: &mut Steps) -> Result<(), CniError> {
+fn install_binaries(install: &InstallCommand, steps: &mut Steps) -> Result<(), CniError> {
     let exe = std::env::current_exe().map_err(io("cannot find this binary".into()))?;
     copy(&exe, &install.bin_dir.join("wasm-ipam"), 0o755, steps)?;
     let compiler = exe.with_file_name(COMPILER);
@@ -751,7 +751,7 @@ fn install_binaries(install: &Install, steps: &mut Steps) -> Result<(), CniError
 /// The module into the module dir, copied or pulled: its path there, and the digest
 /// to pin when it was pulled.
 fn install_module(
-    install: &Install,
+    install: &InstallCommand,
     steps: &mut Steps,
 ) -> Result<(PathBuf, Option<String>), CniError> {
     match install.module.to_str().filter(|m| m.starts_with("oci://")) {
@@ -801,7 +801,7 @@ fn install_module(
 /// The module compiled into the cache, so the first pod does not pay for it: from the
 /// installed copy when there is one, so the cache records the path the conflist names.
 fn precompile(
-    install: &Install,
+    install: &InstallCommand,
     module: &Path,
     pinned: Option<&str>,
     steps: &mut Steps,
@@ -860,7 +860,7 @@ fn precompile(
 }
 
 /// The systemd service and timer that run `wasm-ipam gc` every [`GC_EVERY`].
-fn install_gc_timer(install: &Install, steps: &mut Steps) -> Result<(), CniError> {
+fn install_gc_timer(install: &InstallCommand, steps: &mut Steps) -> Result<(), CniError> {
     let (service, timer) = gc_units(install);
     for (name, text) in [
         ("wasm-ipam-gc.service", service),
@@ -882,7 +882,7 @@ fn install_gc_timer(install: &Install, steps: &mut Steps) -> Result<(), CniError
 
 /// What keeps the node from working as installed: main plugins found nowhere, and
 /// conflists that sort before ours.
-fn problems(install: &Install, missing: &[String]) -> Vec<String> {
+fn problems(install: &InstallCommand, missing: &[String]) -> Vec<String> {
     let mut problems = Vec::new();
     if !missing.is_empty() {
         problems.push(format!(
@@ -915,7 +915,7 @@ mod tests {
     use crate::operator::cli::{Cli, Operation};
     use clap::Parser;
 
-    fn install(line: &str) -> Install {
+    fn install(line: &str) -> InstallCommand {
         match Cli::try_parse_from(line.split_whitespace()).map(|cli| cli.command) {
             Ok(Operation::Install(install)) => *install,
             Ok(_) => panic!("not install"),

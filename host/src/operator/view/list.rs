@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// Print every allocation: network, address, container id, ifname, since when, as
 /// the module serving each network reports them (its `inspect` export).
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct List {
+pub struct ListCommand {
     #[command(flatten)]
     pub store: StoreArgs,
     /// Only this network.
@@ -35,7 +35,7 @@ pub struct List {
     pub reservations: bool,
 }
 
-impl List {
+impl ListCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let access = self.store.access_for(self.netconf.as_deref())?;
         let networks =

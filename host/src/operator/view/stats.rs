@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// network's module reports them; and, from the log, lock wait / lock hold / budget
 /// used per call.
 #[derive(clap::Args, Debug, PartialEq)]
-pub struct Stats {
+pub struct StatsCommand {
     #[command(flatten)]
     pub store: StoreArgs,
     /// Only this network.
@@ -58,7 +58,7 @@ pub struct Stats {
     pub grace: humantime::Duration,
 }
 
-impl Stats {
+impl StatsCommand {
     pub fn run(self) -> Result<Output, CniError> {
         let access = self.store.access_for(self.netconf.as_deref())?;
         let networks =

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// minisign signature (`--signature`) beside it; prints the reference and digest to
 /// pull.
 #[derive(Debug, Clone, clap::Args)]
-pub struct Push {
+pub struct PushCommand {
     /// The module's .wasm component.
     pub module: PathBuf,
     /// `oci://REGISTRY/REPO:TAG`.
@@ -33,13 +33,13 @@ pub struct Push {
 /// A component's preamble: `\0asm`, version 0x0d, layer 1.
 const COMPONENT_PREAMBLE: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
 
-impl Push {
+impl PushCommand {
     pub fn run(self) -> Result<crate::operator::args::Output, CniError> {
         push(&self).map(Into::into)
     }
 }
 
-pub fn push(args: &Push) -> Result<String, CniError> {
+pub fn push(args: &PushCommand) -> Result<String, CniError> {
     let reference = oci::reference(&args.reference)?;
     if reference.digest().is_some() || reference.tag().is_none() {
         return Err(CniError::config(format!(
