@@ -63,7 +63,7 @@ fi
 source scripts/go-toolchain.sh
 # --- end of Go
 
-# --- the supply chain, for tests/integration/supply_chain.rs (modules pushed to and
+# --- the supply chain, for tests/integration/supply_chain*.rs (modules pushed to and
 # pulled from a real OCI registry, signed with minisign): Debian's docker-registry
 # (distribution 2.8; the tests start their own on a free loopback port and never use a
 # system one) and minisign; and the ORAS Python SDK, a second OCI client for interop,
