@@ -29,6 +29,8 @@ mod fair_lock;
 mod flocks;
 mod fuzz_corpus;
 mod go_sdk;
+mod go_sdk_contract;
+mod go_sdk_host;
 mod harness;
 mod host_local_module;
 mod host_local_parity;
