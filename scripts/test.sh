@@ -56,7 +56,7 @@ fi
 # --- end of componentize-py
 
 # --- Go, for modules in Go (guest-go/, the SDK; examples/static-go and
-# tests/modules/probe-go, which tests/integration/go_sdk.rs, static_go.rs and
+# tests/modules/probe-go, which tests/integration/go_sdk*.rs, static_go.rs and
 # hostile.rs build and run): scripts/go-toolchain.sh installs the pinned Go,
 # wasm-tools and PyPI's wasmtime into target/go-toolchain when missing, and puts them
 # first on the PATH.
