@@ -218,7 +218,7 @@ fn inner(resolve: &Resolve, sizes: &SizeAlign, at: &str, ty: &Type, lines: &mut 
 /// The glue implements the layout of wit/ipam.wit: `guest-go/contract.golden` is what
 /// wit-parser says it is, and the Go tests (below) hold the glue to that file. A change
 /// to the contract fails here until the file is regenerated
-/// (`WASM_IPAM_BLESS=1 cargo test --test integration go_sdk::contract`), and then in
+/// (`WASM_IPAM_BLESS=1 cargo test --test integration go_sdk_contract::`), and then in
 /// the Go tests until the glue follows.
 #[test]
 fn contract_golden_is_wit_ipam_as_wit_parser_lays_it_out() {
