@@ -36,6 +36,8 @@ mod host_local_module;
 mod host_local_parity;
 mod hostile;
 mod install;
+mod install_doc_lines;
+mod install_kubeconfig;
 mod kube_api;
 mod kube_store;
 mod kube_store_calls;
