@@ -77,19 +77,14 @@ pub fn with_causes(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::code;
-    use std::path::Path;
-
-    fn read(relative: &str) -> String {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        std::fs::read_to_string(root.join(relative)).unwrap()
-    }
+    use crate::test_support::workspace_file;
 
     /// The code table is defined once, in `codes/`; the README's table and the WIT
     /// docs must name every code in it, so neither drifts.
     #[test]
     fn readme_and_wit_docs_list_every_code() {
-        let readme = read("README.md");
-        let wit = read("wit/ipam.wit");
+        let readme = workspace_file("README.md");
+        let wit = workspace_file("wit/ipam.wit");
         for (number, name) in code::NAMED {
             let row = format!("| {number} | `{name}` |");
             assert!(readme.contains(&row), "README lacks the row {row}");

@@ -118,13 +118,7 @@ pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn read(relative: &str) -> String {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap();
-        std::fs::read_to_string(root.join(relative)).unwrap()
-    }
+    use crate::test_support::workspace_file;
 
     /// README's netconf table and SECURITY.md's limits table give each key's default
     /// as this file sets it.
@@ -144,8 +138,8 @@ mod tests {
             ("compileTimeoutSeconds", d.compile_time.as_secs(), "s"),
             ("compileMemoryMiB", mib(d.compile_memory), "MiB"),
         ];
-        let readme = read("README.md");
-        let security = read("SECURITY.md");
+        let readme = workspace_file("README.md");
+        let security = workspace_file("SECURITY.md");
         for (key, default, unit) in keys {
             let row = format!("| `{key}` | `{default}` |");
             assert!(readme.contains(&row), "README lacks {row}");
