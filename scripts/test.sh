@@ -56,14 +56,14 @@ fi
 # --- end of componentize-py
 
 # --- Go, for modules in Go (guest-go/, the SDK; examples/static-go and
-# tests/modules/probe-go, which tests/integration/go_sdk.rs, static_go.rs and
+# tests/modules/probe-go, which tests/integration/go_sdk*.rs, static_go.rs and
 # hostile.rs build and run): scripts/go-toolchain.sh installs the pinned Go,
 # wasm-tools and PyPI's wasmtime into target/go-toolchain when missing, and puts them
 # first on the PATH.
 source scripts/go-toolchain.sh
 # --- end of Go
 
-# --- the supply chain, for tests/integration/supply_chain.rs (modules pushed to and
+# --- the supply chain, for tests/integration/supply_chain*.rs (modules pushed to and
 # pulled from a real OCI registry, signed with minisign): Debian's docker-registry
 # (distribution 2.8; the tests start their own on a free loopback port and never use a
 # system one) and minisign; and the ORAS Python SDK, a second OCI client for interop,

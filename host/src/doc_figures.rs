@@ -5,12 +5,7 @@
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    fn read(name: &str) -> String {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        std::fs::read_to_string(root.join(name)).unwrap()
-    }
+    use crate::test_support::workspace_file;
 
     /// The text of `markdown`'s section `heading` (to the next `## `).
     fn section<'a>(markdown: &'a str, heading: &str) -> &'a str {
@@ -80,10 +75,10 @@ mod tests {
 
     #[test]
     fn the_readmes_figures_are_benchmarks_mds() {
-        let readme = read("README.md");
+        let readme = workspace_file("README.md");
         let quoted = figures(section(&readme, "Figures"));
         assert!(quoted.len() >= 10, "found only {quoted:?}");
-        let measured = read("BENCHMARKS.md").replace("**", "");
+        let measured = workspace_file("BENCHMARKS.md").replace("**", "");
         let measured = measured.split_whitespace().collect::<Vec<_>>().join(" ");
         let missing: Vec<&String> = quoted
             .iter()

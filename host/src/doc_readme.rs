@@ -5,13 +5,13 @@
 
 #[cfg(test)]
 mod tests {
+    use crate::test_support::workspace_file;
     use std::path::Path;
 
     /// Under 150 lines, with the two commands a fresh machine needs.
     #[test]
     fn the_readme_is_short_and_gives_the_two_set_up_commands() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let readme = workspace_file("README.md");
         let lines = readme.lines().count();
         assert!(
             lines < 150,
@@ -26,7 +26,7 @@ mod tests {
     #[test]
     fn the_readmes_links_resolve() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let readme = workspace_file("README.md");
         let mut checked = 0;
         for (i, _) in readme.match_indices("](") {
             let target = &readme[i + 2..];

@@ -77,23 +77,18 @@ pub fn with_causes(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::code;
-    use std::path::Path;
-
-    fn read(relative: &str) -> String {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-        std::fs::read_to_string(root.join(relative)).unwrap()
-    }
+    use crate::test_support::workspace_file;
 
     /// The code table is defined once, in `codes/`; docs/error-codes.md and the WIT
     /// docs must name every code in it, so neither drifts.
     #[test]
     fn the_docs_and_wit_docs_list_every_code() {
-        let readme = read("docs/error-codes.md");
-        let wit = read("wit/ipam.wit");
+        let reference = workspace_file("docs/error-codes.md");
+        let wit = workspace_file("wit/ipam.wit");
         for (number, name) in code::NAMED {
             let row = format!("| {number} | `{name}` |");
             assert!(
-                readme.contains(&row),
+                reference.contains(&row),
                 "docs/error-codes.md lacks the row {row}"
             );
             if *number >= 100 {

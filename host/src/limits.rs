@@ -118,13 +118,7 @@ pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn read(relative: &str) -> String {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap();
-        std::fs::read_to_string(root.join(relative)).unwrap()
-    }
+    use crate::test_support::workspace_file;
 
     /// docs/configuration.md's key table and SECURITY.md's limits table give each key's default
     /// as this file sets it.
@@ -144,11 +138,14 @@ mod tests {
             ("compileTimeoutSeconds", d.compile_time.as_secs(), "s"),
             ("compileMemoryMiB", mib(d.compile_memory), "MiB"),
         ];
-        let readme = read("docs/configuration.md");
-        let security = read("SECURITY.md");
+        let reference = workspace_file("docs/configuration.md");
+        let security = workspace_file("SECURITY.md");
         for (key, default, unit) in keys {
             let row = format!("| `{key}` | `{default}` |");
-            assert!(readme.contains(&row), "docs/configuration.md lacks {row}");
+            assert!(
+                reference.contains(&row),
+                "docs/configuration.md lacks {row}"
+            );
             let shown = if unit.is_empty() {
                 // 1000000 is written 1,000,000.
                 default

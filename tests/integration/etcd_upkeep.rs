@@ -316,18 +316,26 @@ fn kill_after_first_batch(node: &Node, command: &str, mut child: std::process::C
     child.wait().unwrap();
 }
 
+/// Pools under `prefix` (128 operations a transaction) where `node` holds 1000 live
+/// pods and `idle` empty blocks per family ([`Seed`]): the netconf's `ipam` and
+/// `store` for them.
+fn thousand_pods_of(etcd: &Etcd, prefix: &str, node: &str, idle: usize) -> (Value, Value) {
+    let (ipam, store) = pools_ipam(128, etcd, prefix);
+    Seed {
+        node,
+        pods: 1000,
+        expired_at: None,
+        idle,
+    }
+    .write(etcd, prefix);
+    (ipam, store)
+}
+
 /// CNI GC, as a runtime sends it, keeping ten of node-b's 1000 attachments: killed
 /// after its first batch, it is run again and finishes, in three batches or more.
 fn check_cni_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g1/";
-    let (ipam, store) = pools_ipam(128, etcd, prefix);
-    Seed {
-        node: "node-b",
-        pods: 1000,
-        expired_at: None,
-        idle: 0,
-    }
-    .write(etcd, prefix);
+    let (ipam, store) = thousand_pods_of(etcd, prefix, "node-b", 0);
     let mut gc = node_conf(node, "node-b", &cluster_pool_module(), &store, ipam);
     gc["cni.dev/valid-attachments"] = (0..10)
         .map(|n| json!({"containerID": format!("node-b-c{n}"), "ifname": "eth0"}))
@@ -352,14 +360,7 @@ fn check_cni_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
 /// left.
 fn check_operator_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g2/";
-    let (ipam, store) = pools_ipam(128, etcd, prefix);
-    Seed {
-        node: "node-c",
-        pods: 1000,
-        expired_at: None,
-        idle: 0,
-    }
-    .write(etcd, prefix);
+    let (ipam, store) = thousand_pods_of(etcd, prefix, "node-c", 0);
     let conf_file = write_conf(
         node,
         &node_conf(node, "node-c", &cluster_pool_module(), &store, ipam),
@@ -405,14 +406,7 @@ fn check_operator_gc_goes_in_batches(etcd: &Etcd, node: &Node) {
 /// node-d is left.
 fn check_release_node_goes_in_batches(etcd: &Etcd, node: &Node) {
     let prefix = "/g3/";
-    let (ipam, store) = pools_ipam(128, etcd, prefix);
-    Seed {
-        node: "node-d",
-        pods: 1000,
-        expired_at: None,
-        idle: 5,
-    }
-    .write(etcd, prefix);
+    let (ipam, store) = thousand_pods_of(etcd, prefix, "node-d", 5);
     let conf_file = write_conf(
         node,
         &node_conf(node, "node-a", &cluster_pool_module(), &store, ipam),
