@@ -56,8 +56,7 @@ impl StoreArgs {
                 .map_err(|_| CniError::config("--lock-timeout must be a number of seconds"))?,
         );
         if let Some(ipam) = ipam {
-            access.node = ipam.node_name();
-            access.store = ipam.store;
+            access.adopt(&ipam);
         }
         Ok(access)
     }

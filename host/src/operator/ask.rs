@@ -5,7 +5,8 @@
 //! Which module serves a network, and with which configuration, is what the store
 //! recorded of the last call that committed to it ([`ServedBy`]); an operator can
 //! name one instead (`--netconf`). The store and the lock are the operator's
-//! (`--data-dir`, `--lock-file`), whatever the recorded configuration says.
+//! (`--data-dir`, `--lock-file`, a netconf's `ipam.store`), and so is the log (a
+//! netconf's `ipam.logFile`), whatever the recorded configuration says.
 
 use crate::config::{HostIpamConfig, NetConf, StoreConfig};
 use crate::error::{CniError, code};
@@ -28,6 +29,29 @@ pub struct StoreAccess {
     pub store: StoreConfig,
     /// The node the command runs as (a netconf's `ipam.nodeName`, else the hostname).
     pub node: String,
+    /// Where the command's runs log, when a netconf says (its `ipam.logFile`, none
+    /// included): this node's log, not the one another node's recorded configuration
+    /// names. Without a netconf, a network's recorded one (this node's own store).
+    pub log: Option<OperatorLog>,
+}
+
+/// A netconf's log settings, for an operator command's runs.
+#[derive(Debug, Clone)]
+pub struct OperatorLog {
+    pub file: Option<PathBuf>,
+    pub level: tracing::level_filters::LevelFilter,
+    pub rotation: crate::limits::LogRotation,
+}
+
+impl OperatorLog {
+    /// `ipam`'s `logFile`, `logLevel` and rotation.
+    pub fn of(ipam: &HostIpamConfig) -> Self {
+        OperatorLog {
+            file: ipam.log_file.clone(),
+            level: ipam.log_level,
+            rotation: ipam.limits.log_rotation,
+        }
+    }
 }
 
 impl StoreAccess {
@@ -39,7 +63,15 @@ impl StoreAccess {
             lock_timeout,
             store: StoreConfig::Embedded,
             node: crate::config::hostname(),
+            log: None,
         }
+    }
+
+    /// As a netconf's `ipam` says: its store, its node and its log.
+    pub fn adopt(&mut self, ipam: &HostIpamConfig) {
+        self.node = ipam.node_name();
+        self.log = Some(OperatorLog::of(ipam));
+        self.store = ipam.store.clone();
     }
 
     /// Runs `f` on the store under the host-wide lock (and, for the embedded store,
@@ -105,9 +137,18 @@ impl NetworkToAsk {
         // The module is the one recorded (an operator's --module may name another).
         ipam.module = served_by.module.clone();
         ipam.module_sha256 = None;
+        // The store is the one the record was read from, whatever the configuration a
+        // node recorded says (its paths are that node's), and so are the lock and the
+        // log: a run never touches a path another node's record names.
+        ipam.store = access.store.clone();
         ipam.data_dir = access.data_dir.clone();
         ipam.lock_file = access.lock_file.clone();
         ipam.lock_timeout = Some(access.lock_timeout);
+        if let Some(log) = &access.log {
+            ipam.log_file = log.file.clone();
+            ipam.log_level = log.level;
+            ipam.limits.log_rotation = log.rotation;
+        }
         Ok(NetworkToAsk {
             network: network.to_string(),
             settings: Network {
@@ -390,5 +431,77 @@ fn in_network(network: &str, e: CniError) -> CniError {
     CniError {
         msg: format!("network {network}: {}", e.msg),
         ..e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record another node's call left: its module, and its configuration naming
+    /// that node's log and an etcd store.
+    fn recorded_elsewhere() -> ServedBy {
+        ServedBy {
+            module: "/opt/cni/wasm/m.wasm".into(),
+            sha256: String::new(),
+            contract: String::new(),
+            config: Some(
+                serde_json::json!({
+                    "cniVersion": "1.1.0",
+                    "name": "pods",
+                    "type": "ptp",
+                    "ipam": {
+                        "type": "wasm-ipam",
+                        "module": "/opt/cni/wasm/m.wasm",
+                        "logFile": "/elsewhere/log/wasm-ipam.log",
+                        "store": {"type": "etcd", "endpoints": ["http://192.0.2.1:2379"]}
+                    }
+                })
+                .to_string(),
+            ),
+        }
+    }
+
+    /// A network asked on an operator's behalf runs on the store its record was read
+    /// from, with the operator's lock and its netconf's log: never on a path the
+    /// record names (another node's), which the run would otherwise create.
+    #[test]
+    fn a_recorded_network_runs_on_the_operators_store_lock_and_log() {
+        let mut access = StoreAccess::embedded(
+            "/var/lib/here".into(),
+            "/run/here/ipam.lock".into(),
+            Duration::from_secs(3),
+        );
+        let recorded = recorded_elsewhere();
+        let asked = NetworkToAsk::new("pods", recorded.clone(), &access).unwrap();
+        let ipam = &asked.settings.ipam;
+        assert_eq!(
+            ipam.store,
+            StoreConfig::Embedded,
+            "the store read, not the record's"
+        );
+        assert_eq!(ipam.data_dir, Path::new("/var/lib/here"));
+        assert_eq!(ipam.lock_file, Path::new("/run/here/ipam.lock"));
+        // No netconf: the store is this node's own, and so is the recorded log.
+        assert_eq!(
+            ipam.log_file.as_deref(),
+            Some(Path::new("/elsewhere/log/wasm-ipam.log"))
+        );
+
+        let mut netconf_ipam = HostIpamConfig::defaults("/opt/cni/wasm/m.wasm".into()).unwrap();
+        netconf_ipam.log_file = Some("/var/log/here.log".into());
+        access.adopt(&netconf_ipam);
+        let asked = NetworkToAsk::new("pods", recorded.clone(), &access).unwrap();
+        assert_eq!(
+            asked.settings.ipam.log_file.as_deref(),
+            Some(Path::new("/var/log/here.log"))
+        );
+        netconf_ipam.log_file = None;
+        access.adopt(&netconf_ipam);
+        let asked = NetworkToAsk::new("pods", recorded, &access).unwrap();
+        assert_eq!(
+            asked.settings.ipam.log_file, None,
+            "the netconf logs nowhere"
+        );
     }
 }

@@ -127,11 +127,15 @@ pub struct ImportHostLocalCommand {
 
 impl ImportHostLocalCommand {
     pub fn run(self) -> Result<Output, CniError> {
-        let access = StoreAccess::embedded(
+        let mut access = StoreAccess::embedded(
             self.store_dir.clone(),
             self.lock_file.clone(),
             Duration::from_secs_f64(LOCK_TIMEOUT_SECONDS),
         );
+        // Into the store the netconf names (a cluster store too), as its calls would.
+        if let Some(netconf) = &self.netconf {
+            access.adopt(&crate::operator::ask::read_netconf(netconf)?.ipam);
+        }
         let named = self
             .netconf
             .as_deref()
