@@ -538,7 +538,15 @@ fn restart_and_gc(node: &Node) {
         let group = format!("churn{wave}");
         pods::create(node, &group, 20);
         if wave == 1 {
-            std::thread::sleep(Duration::from_millis(1500));
+            // Down mid-creation: once the runtime has made the wave's first sandbox.
+            let prefix = format!("default/{group}-");
+            wait_for("the wave's first sandbox", HERD_LIMIT, || {
+                let sandboxes = pods::sandboxes(node);
+                sandboxes
+                    .values()
+                    .any(|(name, _)| name.starts_with(&prefix))
+                    .then_some(())
+            });
             node.restart_containerd(false);
         }
         pods::until_running(node, &group, 20, HERD_LIMIT);
