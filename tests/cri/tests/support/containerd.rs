@@ -61,35 +61,9 @@ impl Containerd {
     /// wasm-ipam as its IPAM over `subnet`, imports the pause image and waits until the
     /// CRI plugin reports the network ready.
     pub fn start(bridge: &str, subnet: &str) -> Result<Self, CannotRun> {
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(CannotRun(
-                "not root (containerd and its network namespaces need it)".into(),
-            ));
-        }
+        require_root_and_tools()?;
         let (bin, module) = (super::wasm_ipam_bin(), super::host_local_module());
-        for tool in [
-            "containerd",
-            "containerd-shim-runc-v2",
-            "ctr",
-            "runc",
-            "unshare",
-        ] {
-            assert!(
-                which(tool).is_some(),
-                "{tool} is not on the PATH: install containerd, runc and util-linux (scripts/test.sh does)"
-            );
-        }
-        let dir = tempfile::Builder::new()
-            .prefix("wasm-ipam-cri")
-            .tempdir()
-            .unwrap();
-        // These are hidden in containerd's mount namespace.
-        assert!(
-            !dir.path().starts_with("/run") && !dir.path().starts_with("/var/lib"),
-            "the temporary dir {} must not be under /run or /var/lib (set TMPDIR)",
-            dir.path().display()
-        );
+        let dir = private_dir();
         let path = |p: &str| dir.path().join(p);
         let ipam = IpamPaths {
             lock_file: path("ipam/run/ipam.lock"),
@@ -99,61 +73,9 @@ impl Containerd {
         };
         let cni_bin_dir = path("cni/bin");
         let cni_conf_dir = path("cni/net.d");
-        for d in [&cni_bin_dir, &cni_conf_dir] {
-            std::fs::create_dir_all(d).unwrap();
-        }
-        for plugin in CNI_PLUGINS {
-            let source = Path::new("/usr/lib/cni").join(plugin);
-            assert!(
-                source.exists(),
-                "{} is missing: install containernetworking-plugins",
-                source.display()
-            );
-            std::os::unix::fs::symlink(&source, cni_bin_dir.join(plugin)).unwrap();
-        }
-        std::os::unix::fs::symlink(bin, cni_bin_dir.join("wasm-ipam")).unwrap();
-        // Compiled ahead, as docs/install.md says, so no pod pays for it.
-        let precompile = Command::new(bin)
-            .arg("precompile")
-            .arg(module)
-            .arg("--cache-dir")
-            .arg(&ipam.cache_dir)
-            .output()
-            .unwrap();
-        assert!(
-            precompile.status.success(),
-            "wasm-ipam precompile: {}",
-            String::from_utf8_lossy(&precompile.stderr)
-        );
-        // The shape `wasm-ipam install` writes: the versions every libcni reads
-        // (containerd 1.6's reads cniVersion only) and bridge declaring the
-        // pod-annotations capability, so containerd passes the pod's annotations on.
-        let conflist = json!({
-            "cniVersion": "1.0.0",
-            "cniVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"],
-            "name": "wasm-ipam-cri",
-            "plugins": [{
-                "type": "bridge",
-                "bridge": bridge,
-                "isGateway": true,
-                "capabilities": {"io.kubernetes.cri.pod-annotations": true},
-                "ipam": {
-                    "type": "wasm-ipam",
-                    "module": module,
-                    "lockFile": ipam.lock_file,
-                    "dataDir": ipam.data_dir,
-                    "cacheDir": ipam.cache_dir,
-                    "logFile": ipam.log_file,
-                    "ranges": [[{"subnet": subnet}]],
-                    "routes": [{"dst": "0.0.0.0/0"}],
-                },
-            }],
-        });
-        std::fs::write(
-            cni_conf_dir.join("10-wasm-ipam.conflist"),
-            serde_json::to_string_pretty(&conflist).unwrap(),
-        )
-        .unwrap();
+        link_plugins(&cni_bin_dir, bin);
+        precompile(bin, module, &ipam.cache_dir);
+        write_conflist(&cni_conf_dir, bridge, subnet, module, &ipam);
 
         let state = path("state");
         let socket = path("containerd.sock");
@@ -509,4 +431,112 @@ fn which(tool: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin".into(), "/sbin".into()])
         .map(|dir| dir.join(tool))
         .find(|candidate| candidate.is_file())
+}
+
+/// Refuses to run as anyone but root, and requires the runtime's tools.
+fn require_root_and_tools() -> Result<(), CannotRun> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(CannotRun(
+            "not root (containerd and its network namespaces need it)".into(),
+        ));
+    }
+    for tool in [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "runc",
+        "unshare",
+    ] {
+        assert!(
+            which(tool).is_some(),
+            "{tool} is not on the PATH: install containerd, runc and util-linux (scripts/test.sh does)"
+        );
+    }
+    Ok(())
+}
+
+/// The runtime's own directory, outside what its mount namespace hides.
+fn private_dir() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("wasm-ipam-cri")
+        .tempdir()
+        .unwrap();
+    // These are hidden in containerd's mount namespace.
+    assert!(
+        !dir.path().starts_with("/run") && !dir.path().starts_with("/var/lib"),
+        "the temporary dir {} must not be under /run or /var/lib (set TMPDIR)",
+        dir.path().display()
+    );
+    dir
+}
+
+/// The CNI bin dir: Debian's reference plugins and wasm-ipam (`bin`), linked.
+fn link_plugins(cni_bin_dir: &Path, bin: &Path) {
+    std::fs::create_dir_all(cni_bin_dir).unwrap();
+    for plugin in CNI_PLUGINS {
+        let source = Path::new("/usr/lib/cni").join(plugin);
+        assert!(
+            source.exists(),
+            "{} is missing: install containernetworking-plugins",
+            source.display()
+        );
+        std::os::unix::fs::symlink(&source, cni_bin_dir.join(plugin)).unwrap();
+    }
+    std::os::unix::fs::symlink(bin, cni_bin_dir.join("wasm-ipam")).unwrap();
+}
+
+/// Compiles the module ahead, as docs/install.md says, so no pod pays for it.
+fn precompile(bin: &Path, module: &Path, cache_dir: &Path) {
+    let precompile = Command::new(bin)
+        .arg("precompile")
+        .arg(module)
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .output()
+        .unwrap();
+    assert!(
+        precompile.status.success(),
+        "wasm-ipam precompile: {}",
+        String::from_utf8_lossy(&precompile.stderr)
+    );
+}
+
+/// The shape `wasm-ipam install` writes: the versions every libcni reads
+/// (containerd 1.6's reads cniVersion only) and bridge declaring the
+/// pod-annotations capability, so containerd passes the pod's annotations on.
+fn write_conflist(
+    cni_conf_dir: &Path,
+    bridge: &str,
+    subnet: &str,
+    module: &Path,
+    ipam: &IpamPaths,
+) {
+    std::fs::create_dir_all(cni_conf_dir).unwrap();
+    let conflist = json!({
+        "cniVersion": "1.0.0",
+        "cniVersions": ["0.3.0", "0.3.1", "0.4.0", "1.0.0"],
+        "name": "wasm-ipam-cri",
+        "plugins": [{
+            "type": "bridge",
+            "bridge": bridge,
+            "isGateway": true,
+            "capabilities": {"io.kubernetes.cri.pod-annotations": true},
+            "ipam": {
+                "type": "wasm-ipam",
+                "module": module,
+                "lockFile": ipam.lock_file,
+                "dataDir": ipam.data_dir,
+                "cacheDir": ipam.cache_dir,
+                "logFile": ipam.log_file,
+                "ranges": [[{"subnet": subnet}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+            },
+        }],
+    });
+    std::fs::write(
+        cni_conf_dir.join("10-wasm-ipam.conflist"),
+        serde_json::to_string_pretty(&conflist).unwrap(),
+    )
+    .unwrap();
 }
