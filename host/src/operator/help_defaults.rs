@@ -1,6 +1,6 @@
 //! Every default an operator reads in `--help` is the value the code uses: each is
 //! shown from the constant the code runs with, never written again as text, and the
-//! tests here render each command's help and look for it. (The lock default in
+//! tests here read each command's help and look for it. (The lock default in
 //! `--help` once drifted from the code's; these tests are why it cannot again.)
 
 use crate::config::{DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, DEFAULT_LOCK_FILE};
@@ -12,8 +12,11 @@ use crate::operator::setup::install::GC_EVERY;
 use clap::CommandFactory;
 use std::path::Path;
 
-/// The `--help` text of the command at `path` (`["store", "migrate"]`).
-fn help_of(path: &[&str]) -> String {
+/// What `--help` shows of `flag` (`--grace`) of the command at `path` (`["store",
+/// "migrate"]`): its help and, unless hidden, `[default: …]` as clap renders it from
+/// the argument's default values, read from the argument rather than parsed back
+/// out of the rendered text.
+fn flag_help(path: &[&str], flag: &str) -> String {
     let mut command = Cli::command();
     for name in path {
         command = command
@@ -21,37 +24,21 @@ fn help_of(path: &[&str]) -> String {
             .unwrap_or_else(|| panic!("no command {path:?}"))
             .clone();
     }
-    command.render_help().to_string()
-}
-
-/// The help text of `flag` in `help`: its option line (`--flag <VALUE>`, or
-/// `-f, --flag`) and the lines under it up to the next option, joined (clap wraps
-/// long help).
-fn flag_help(help: &str, flag: &str) -> String {
-    let is_option = |line: &str| {
-        let line = line.trim_start();
-        line.starts_with("--") || (line.starts_with('-') && line.get(2..4) == Some(", "))
-    };
-    let names = |line: &str, flag: &str| {
-        let line = line.trim_start();
-        let line = line
-            .split_once(", ")
-            .filter(|_| line.get(2..4) == Some(", "))
-            .map_or(line, |(_, l)| l);
-        line == flag || line.starts_with(&format!("{flag} "))
-    };
-    let mut lines = help
-        .lines()
-        .skip_while(|l| !(is_option(l) && names(l, flag)));
-    let first = lines
-        .next()
-        .unwrap_or_else(|| panic!("no {flag} in:\n{help}"));
-    let rest = lines.take_while(|l| !is_option(l) && !l.trim().is_empty());
-    std::iter::once(first)
-        .chain(rest)
-        .map(str::trim)
-        .collect::<Vec<_>>()
-        .join(" ")
+    let long = flag.strip_prefix("--").expect("a long flag");
+    let arg = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .unwrap_or_else(|| panic!("`wasm-ipam {}` has no {flag}", path.join(" ")));
+    let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+    let defaults: Vec<_> = arg
+        .get_default_values()
+        .iter()
+        .map(|v| v.to_string_lossy())
+        .collect();
+    match defaults.is_empty() || arg.is_hide_default_value_set() {
+        true => help,
+        false => format!("{help} [default: {}]", defaults.join(" ")),
+    }
 }
 
 fn humantime(d: std::time::Duration) -> String {
@@ -129,8 +116,7 @@ fn each_default_in_help_is_the_constant_the_code_uses() {
         (&["install"], "--gc-timer", format!("every {GC_EVERY}")),
     ];
     for (path, flag, expected) in shown {
-        let help = help_of(path);
-        let text = flag_help(&help, flag);
+        let text = flag_help(path, flag);
         assert!(
             text.contains(&expected),
             "`wasm-ipam {} --help`, {flag}: {text:?} does not show {expected:?}",
