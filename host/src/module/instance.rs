@@ -215,6 +215,13 @@ impl ModuleHost {
         state: GuestState,
         question: Q,
     ) -> GuestOutcome<Q::Answer> {
+        // Nothing is instantiated for a question the module lacks the export for.
+        if let Some(refused) = module.refusal(&question) {
+            return GuestOutcome {
+                result: Err(refused),
+                state,
+            };
+        }
         let deadline = state.deadline;
         let transfer_limit = state.transfer_limit;
         let mut store = wasmtime::Store::new(&self.engine, state);
@@ -241,9 +248,6 @@ impl ModuleHost {
         let outcome = runtime.block_on(async {
             tokio::time::timeout(deadline.remaining(), async {
                 let instance = module.pre.instantiate_async(&mut store).await?;
-                if let Some(refused) = module.refusal(&question) {
-                    return Ok(Err(refused));
-                }
                 question.ask(&module.exports, &mut store, &instance).await
             })
             .await
