@@ -5,8 +5,7 @@
 
 #[cfg(test)]
 mod tests {
-    use crate::test_support::workspace_file;
-    use std::path::Path;
+    use crate::test_support::{workspace_file, workspace_root};
 
     /// Under 150 lines, with the two commands a fresh machine needs.
     #[test]
@@ -25,7 +24,7 @@ mod tests {
     /// Every relative link of the README names a file of the repository.
     #[test]
     fn the_readmes_links_resolve() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let root = workspace_root();
         let readme = workspace_file("README.md");
         let mut checked = 0;
         for (i, _) in readme.match_indices("](") {

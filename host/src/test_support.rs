@@ -10,10 +10,14 @@ pub mod waiting;
 #[path = "../../tests/shared/wat_component.rs"]
 pub mod wat_component;
 
+/// The workspace's root: the host crate's parent.
+pub fn workspace_root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the host crate sits in the workspace")
+}
+
 /// The text of the workspace file `relative` (README.md, a WIT file, SECURITY.md).
 pub fn workspace_file(relative: &str) -> String {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap();
-    std::fs::read_to_string(root.join(relative)).unwrap()
+    std::fs::read_to_string(workspace_root().join(relative)).unwrap()
 }

@@ -9,10 +9,10 @@
 mod tests {
     use crate::operator::cli::Cli;
     use clap::CommandFactory;
-    use std::path::{Path, PathBuf};
+    use std::path::PathBuf;
 
     fn documents() -> Vec<PathBuf> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let root = crate::test_support::workspace_root();
         let mut paths = vec![root.join("README.md"), root.join("SECURITY.md")];
         let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
             .unwrap()

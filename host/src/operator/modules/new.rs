@@ -489,7 +489,7 @@ mod tests {
             go_mod.contains("replace wasm-ipam.dev/guest-go => ./guest-go\n"),
             "{go_mod}"
         );
-        let built_from = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let built_from = crate::test_support::workspace_root();
         for entry in walk(&project) {
             let text = std::fs::read(&entry).unwrap();
             let needle = built_from.to_string_lossy();
